@@ -1,0 +1,111 @@
+"""Launch a worker script on several local Horovod ranks and collect what each rank reported.
+
+Workers call ``report(dict)`` (from ``workers/_report.py``); each rank's dict lands in a JSON
+file that ``run_ranks`` reads back. A job that outlives ``timeout`` is killed with every process
+it started, and the test fails with its output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+WORKERS = Path(__file__).parent / "workers"
+BIN = Path(sys.executable).parent
+CONTROLLERS = ("gloo", "mpi")
+
+
+@dataclasses.dataclass
+class Job:
+    returncode: int
+    output: str
+    reports: list[dict[str, Any]]
+
+    def check(self) -> Job:
+        assert self.returncode == 0, f"job failed (exit {self.returncode}):\n{self.output[-6000:]}"
+        return self
+
+
+def launch_command(np: int, controller: str) -> list[str]:
+    horovodrun = [str(BIN / "horovodrun"), "-np", str(np), "-H", f"localhost:{np}"]
+    if controller == "gloo":
+        return [*horovodrun, "--gloo"]
+    if controller == "mpi":
+        return [*horovodrun, "--mpi", "--mpi-args=--oversubscribe --allow-run-as-root"]
+    raise ValueError(f"unknown controller {controller!r}")
+
+
+def run_ranks(
+    script: str,
+    tmp_path: Path,
+    np: int = 4,
+    controller: str = "gloo",
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 240,
+    launcher: list[str] | None = None,
+) -> Job:
+    out_dir = tmp_path / "reports"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    full_env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PRAGUE_TEST_OUT": str(out_dir),
+        "PYTHONPATH": os.pathsep.join([str(WORKERS), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        **(env or {}),
+    }
+    command = [
+        *(launcher or launch_command(np, controller)),
+        sys.executable,
+        str(WORKERS / script),
+        *args,
+    ]
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=full_env,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc.pid)
+        output, _ = proc.communicate()
+        raise AssertionError(
+            f"{script} on {np} ranks ({controller}) did not finish in {timeout:g}s; "
+            f"killed. Output:\n{output[-6000:]}"
+        ) from None
+    reports = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
+    return Job(proc.returncode, output, sorted(reports, key=lambda r: r.get("rank", 0)))
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    procs = [root, *root.children(recursive=True)]
+    # horovodrun starts each worker in a session of its own; find those by the marker env.
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("PRAGUE_TEST_OUT") == root.environ().get("PRAGUE_TEST_OUT"):
+                procs.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
