@@ -1,0 +1,1 @@
+"""The framework-neutral core: config, group generation, the coordinator, process sets."""

@@ -1,0 +1,125 @@
+"""The public Prague functions, written once; a framework supplies how to average tensors.
+
+``horovod_prague.torch`` and ``horovod_prague.tensorflow`` each make one ``Binding`` and export
+its methods as module functions.
+"""
+
+from __future__ import annotations
+
+import abc
+import warnings
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from .config import PragueConfig
+from .runtime import PragueRuntime, initialize
+from .strategies import Group
+
+
+class Binding(abc.ABC):
+    """Prague's API over one framework's Horovod module."""
+
+    def __init__(self, hvd: ModuleType) -> None:
+        self.hvd = hvd
+        self._runtime: PragueRuntime | None = None
+
+    @abc.abstractmethod
+    def tensors(self, source: Any) -> list[Any]:
+        """The tensors (or variables) to average, from a model or an iterable of tensors."""
+
+    @abc.abstractmethod
+    def average(self, tensors: Sequence[Any], name: str, process_set: Any, size: int) -> None:
+        """Average ``tensors`` in place over ``process_set`` in one fused Horovod collective."""
+
+    def init(self, comm: Any = None, process_sets: Any = None, **prague_options: Any) -> None:
+        """Initialize Horovod and Prague.
+
+        ``comm`` and ``process_sets`` go to Horovod's ``init``. The other keyword arguments are
+        Prague options (``horovod_prague.common.config.PragueConfig``); ``HOROVOD_PRAGUE_*``
+        environment variables give the same. Raises ValueError, on every rank, for options that
+        cannot work or that differ between ranks.
+        """
+        config = PragueConfig.from_sources(prague_options)
+        horovod_kwargs: dict[str, Any] = {"process_sets": process_sets}
+        if comm is not None:
+            horovod_kwargs["comm"] = comm
+        self._runtime = initialize(self.hvd, config, horovod_kwargs)
+
+    def runtime(self) -> PragueRuntime:
+        """This rank's Prague state; RuntimeError before ``init``."""
+        if self._runtime is None:
+            raise RuntimeError("horovod_prague is not initialized: call hvd.init() first")
+        return self._runtime
+
+    def config(self) -> PragueConfig:
+        """The options this job runs with."""
+        return self.runtime().config
+
+    def next_group(self) -> Group:
+        """Ask the Group Generator for this rank's next group (sorted ranks); blocks until known.
+
+        A group of one rank means this step averages with nobody.
+        """
+        return self.runtime().next_group()
+
+    def partial_allreduce(self, tensors: Any, group: Group) -> None:
+        """Average ``tensors`` in place with the other ranks of ``group`` (P-Reduce).
+
+        Every member calls this for the group, with tensors of the same shapes, in the same
+        order. They travel in one fused Horovod collective on the group's process set.
+        """
+        values = self.tensors(tensors)
+        if len(group) < 2 or not values:
+            return
+        rt = self.runtime()
+        self.average(values, rt.name(group), rt.process_set(group), len(group))
+
+    def average_model(self, model_or_tensors: Any) -> bool:
+        """Average over all ranks; afterwards every rank holds the same values (consensus).
+
+        Collective: every rank calls it the same number of times. Before the global average the
+        rank runs the groups already decided for it, in order, so no rank waits in a group for
+        a rank that waits in the global average. Returns False, with a warning, once some rank
+        has finished (a global average can no longer form); after ``finish`` it always averages.
+        """
+        rt = self.runtime()
+        values = self.tensors(model_or_tensors)
+        if rt.finished:
+            rt.finals += 1
+            self.average(
+                values, f"prague.final.{rt.finals}", self.hvd.global_process_set, rt.topology.size
+            )
+            return True
+        groups = rt.sync_groups()
+        if groups is None:
+            warnings.warn(
+                "average_model: a rank has already finished, so no global average "
+                "was made; call finish() on every rank for the final one",
+                stacklevel=2,
+            )
+            return False
+        for group in groups:
+            self.partial_allreduce(values, group)
+        return True
+
+    def finish(self, model_or_tensors: Any, average: bool = True) -> None:
+        """Leave the Group Generator at the end of training, then (by default) average globally.
+
+        Runs the groups already decided for this rank, so no other rank waits for it in vain;
+        no group formed later contains it. With ``average`` it ends with the global average, so
+        every rank holds the same model once all have finished, even after different numbers
+        of steps.
+        """
+        values = self.tensors(model_or_tensors)
+        for group in self.runtime().finish():
+            self.partial_allreduce(values, group)
+        if average:
+            self.average_model(values)
+
+    def shutdown(self) -> None:
+        """Close the Group Generator connection, then shut Horovod down."""
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+        self.hvd.shutdown()

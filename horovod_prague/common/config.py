@@ -1,0 +1,116 @@
+"""Prague options: one dataclass, read from keyword arguments or ``HOROVOD_PRAGUE_*`` variables.
+
+Example::
+
+    >>> cfg = PragueConfig.from_sources({"group_size": 2}, env={"HOROVOD_PRAGUE_SEED": "7"})
+    >>> cfg.strategy, cfg.group_size, cfg.seed
+    ('smart', 2, 7)
+
+Keyword arguments win over environment variables, which win over the defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+ENV_PREFIX = "HOROVOD_PRAGUE_"
+STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
+
+
+@dataclasses.dataclass(frozen=True)
+class PragueConfig:
+    """Every Prague option, with its default.
+
+    strategy: how the Group Generator forms groups (one of ``STRATEGIES``).
+    group_size: ranks per group, 2 <= group_size <= world size.
+    threshold: the smart strategy's straggler threshold (delta c); a worker lagging the requester
+        by this many requests or more is kept out of its group. 0 turns the rule off.
+    sync_every: a global average of the model every this many steps; 0 never.
+    seed: seeds the pool of divisions and the Group Generator's choices.
+    pool_size: how many divisions are registered as Horovod process sets at init; each rank
+        belongs to one process set per division, so this bounds the per-rank set count.
+    timeout: seconds any wait on the Group Generator may take before it raises.
+    coordinator_addr: address rank 0 advertises for its Group Generator ('' = choose).
+    coordinator_port: port it listens on (0 = any free port).
+    """
+
+    strategy: str = "smart"
+    group_size: int = 2
+    threshold: int = 3
+    sync_every: int = 0
+    seed: int = 0
+    pool_size: int = 3
+    timeout: float = 60.0
+    coordinator_addr: str = ""
+    coordinator_port: int = 0
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"strategy: unknown strategy {self.strategy!r}; "
+                f"choose one of {', '.join(STRATEGIES)}"
+            )
+        if self.group_size < 2:
+            raise ValueError(f"group_size: must be at least 2, got {self.group_size}")
+        if self.threshold < 0:
+            raise ValueError(f"threshold: must be >= 0 (0 turns it off), got {self.threshold}")
+        if self.sync_every < 0:
+            raise ValueError(f"sync_every: must be >= 0 (0 = never), got {self.sync_every}")
+        if self.pool_size < 1:
+            raise ValueError(f"pool_size: must be at least 1, got {self.pool_size}")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout: must be a positive number of seconds, got {self.timeout}")
+        if not 0 <= self.coordinator_port < 65536:
+            raise ValueError(f"coordinator_port: must be in 0..65535, got {self.coordinator_port}")
+
+    @classmethod
+    def from_sources(
+        cls, kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    ) -> PragueConfig:
+        """Keyword arguments over ``HOROVOD_PRAGUE_*`` variables over the defaults."""
+        env = os.environ if env is None else env
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for name, field in fields.items():
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw != "":
+                values[name] = _parse(field.type, raw, ENV_PREFIX + name.upper())
+        for name, value in (kwargs or {}).items():
+            if name not in fields:
+                raise TypeError(
+                    f"unknown Prague option {name!r}; known options: {', '.join(sorted(fields))}"
+                )
+            if value is not None:
+                values[name] = _parse(fields[name].type, value, name)
+        return cls(**values)
+
+    def check_world(self, size: int) -> None:
+        """Raise ValueError when the options cannot work with ``size`` ranks."""
+        if self.group_size > size:
+            raise ValueError(f"group_size: {self.group_size} is larger than the world size {size}")
+
+    def fingerprint(self) -> str:
+        """A short hash of the options every rank must agree on."""
+        agreed = dataclasses.asdict(self)
+        for local_only in ("coordinator_addr", "coordinator_port"):
+            agreed.pop(local_only)
+        return hashlib.sha256(json.dumps(agreed, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_env(self) -> dict[str, str]:
+        """The ``HOROVOD_PRAGUE_*`` variables that reproduce this config."""
+        return {ENV_PREFIX + k.upper(): str(v) for k, v in dataclasses.asdict(self).items()}
+
+
+def _parse(type_name: Any, raw: Any, where: str) -> Any:
+    kind = {"str": str, "int": int, "float": float}[str(type_name)]
+    if kind is int and (isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer())):
+        raise ValueError(f"{where}: expected an integer, got {raw!r}")
+    try:
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: expected {kind.__name__}, got {raw!r}") from None

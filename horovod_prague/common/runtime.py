@@ -1,0 +1,207 @@
+"""What ``init`` sets up on every rank, independent of the framework.
+
+The framework packages pass in their Horovod module (``horovod.torch`` or
+``horovod.tensorflow``); everything here uses only the API those share.
+
+Order of ``initialize``: options are parsed; the strategy is built for the topology the
+launcher announced, and its groups are given to ``hvd.init`` as process sets; then, through
+Horovod, every rank checks that all ranks run with the same options, rank 0 starts the Group
+Generator and broadcasts its address and a fresh token, and every rank connects.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import socket
+import warnings
+from types import ModuleType
+from typing import Any
+
+from .config import PragueConfig
+from .coordinator import GroupGeneratorClient, GroupGeneratorServer
+from .group_generator import GroupGenerator
+from .process_sets import ProcessSetPool, collective_name
+from .protocol import new_token
+from .strategies import Group, GroupStrategy, make_strategy
+from .topology import Topology
+
+DYNAMIC_SETS_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
+_LOCAL_OPTIONS = ("coordinator_addr", "coordinator_port")
+
+
+class PragueRuntime:
+    """Config, Group Generator connection and process sets of one rank."""
+
+    def __init__(
+        self,
+        hvd: ModuleType,
+        config: PragueConfig,
+        strategy: GroupStrategy,
+        registered: list[Any] | None,
+    ) -> None:
+        self.hvd = hvd
+        self.config = config
+        self.strategy = strategy
+        self.topology = strategy.topology
+        self.rank = hvd.rank()
+        self.server: GroupGeneratorServer | None = None
+        self.client = self._connect()
+        self.pool = ProcessSetPool(
+            hvd, strategy.groups(), self.topology.size, self.rank, registered
+        )
+        self.syncs = 0
+        self.finished = False
+        self.finals = 0
+        atexit.register(self.close)
+
+    def _connect(self) -> GroupGeneratorClient:
+        hvd, config = self.hvd, self.config
+        offer: dict[str, Any] = {}
+        if self.rank == 0:
+            try:
+                bind, advertise = _addresses(config, self.topology)
+                self.server = GroupGeneratorServer(
+                    GroupGenerator(self.strategy),
+                    new_token(),
+                    config.fingerprint(),
+                    host=bind,
+                    port=config.coordinator_port,
+                )
+                offer = {
+                    "host": advertise,
+                    "port": self.server.address[1],
+                    "token": self.server.token.hex(),
+                }
+            except OSError as e:
+                offer = {"error": f"rank 0 could not start the Prague Group Generator: {e}"}
+        offer = hvd.broadcast_object(offer, root_rank=0, name="prague.coordinator")
+        if "error" in offer:
+            raise RuntimeError(offer["error"])
+        client, problem = None, None
+        try:
+            client = GroupGeneratorClient(
+                offer["host"],
+                offer["port"],
+                bytes.fromhex(offer["token"]),
+                self.rank,
+                config.timeout,
+            )
+            client.hello(config.fingerprint())
+        except (OSError, RuntimeError) as e:
+            problem = str(e)
+        problems = [p for p in hvd.allgather_object(problem, name="prague.connect") if p]
+        if problems:
+            if client is not None:
+                client.close()
+            raise ConnectionError("; ".join(problems))
+        assert client is not None
+        return client
+
+    def next_group(self) -> Group:
+        if self.finished:
+            raise RuntimeError("next_group() called after finish(); this rank has left")
+        return self.client.next_group()
+
+    def process_set(self, group: Group) -> Any:
+        return self.pool.get(group)
+
+    def name(self, group: Group) -> str:
+        return collective_name(group, self.topology.size)
+
+    def sync_groups(self) -> list[Group] | None:
+        """Groups to run, ending with the world group, for the next global sync; None: skipped."""
+        self.syncs += 1
+        return self.client.sync(self.syncs)
+
+    def finish(self) -> list[Group]:
+        """Leave: the groups still owed to others, which the caller must run."""
+        if self.finished:
+            return []
+        self.finished = True
+        return self.client.finish()
+
+    def close(self) -> None:
+        self.client.close()
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
+def initialize(
+    hvd: ModuleType, config: PragueConfig, horovod_kwargs: dict[str, Any]
+) -> PragueRuntime:
+    """Initialize Horovod with the strategy's process sets, then Prague; see the module doc."""
+    if hvd.is_initialized():
+        raise RuntimeError(
+            "Horovod is already initialized; Prague must register its process sets in "
+            "hvd.init, so call horovod_prague's init() instead of Horovod's"
+        )
+    announced = Topology.from_env()
+    strategy = make_strategy(config, announced) if announced else None
+    registered: list[Any] | None = None
+    user_sets = list(horovod_kwargs.pop("process_sets", None) or [])
+    if strategy is not None:
+        registered = [hvd.ProcessSet(list(g)) for g in strategy.groups()]
+    else:
+        warnings.warn(
+            "the launcher did not announce the job's size (HOROVOD_SIZE or "
+            "OMPI_COMM_WORLD_SIZE); Prague falls back to Horovod's slower dynamic "
+            "process sets",
+            stacklevel=3,
+        )
+        os.environ[DYNAMIC_SETS_VAR] = "1"
+    try:
+        hvd.init(process_sets=user_sets + (registered or []), **horovod_kwargs)
+    except ValueError as e:
+        raise RuntimeError(
+            f"{e} With Prague this is most often options that differ between ranks, so the "
+            f"ranks register different process sets. This rank: {_describe(config)}."
+        ) from e
+    _check_agreement(hvd, config)
+    topology = _topology(hvd)
+    if strategy is None or topology != announced:
+        if announced is not None:
+            raise RuntimeError(f"the launcher announced {announced}, Horovod reports {topology}")
+        strategy = make_strategy(config, topology)
+    return PragueRuntime(hvd, config, strategy, registered)
+
+
+def _topology(hvd: ModuleType) -> Topology:
+    local_sizes = hvd.allgather_object(hvd.local_size(), name="prague.local_size")
+    if len(set(local_sizes)) > 1:
+        raise ValueError(
+            "Prague needs the same number of ranks on every node; ranks per node here: "
+            f"{sorted(set(local_sizes))}"
+        )
+    return Topology(hvd.size(), hvd.local_size())
+
+
+def _check_agreement(hvd: ModuleType, config: PragueConfig) -> None:
+    mine = dataclasses.asdict(config)
+    everyone = hvd.allgather_object(mine, name="prague.config")
+    for other_rank, theirs in enumerate(everyone):
+        differing = sorted(k for k in mine if k not in _LOCAL_OPTIONS and theirs.get(k) != mine[k])
+        if differing:
+            details = ", ".join(f"{k}={mine[k]!r} vs {theirs.get(k)!r}" for k in differing)
+            raise ValueError(
+                f"Prague options differ between rank {hvd.rank()} and rank {other_rank}: "
+                f"{details}. Every rank must use the same options."
+            )
+
+
+def _describe(config: PragueConfig) -> str:
+    return ", ".join(
+        f"{k}={v!r}" for k, v in dataclasses.asdict(config).items() if k not in _LOCAL_OPTIONS
+    )
+
+
+def _addresses(config: PragueConfig, topology: Topology) -> tuple[str, str]:
+    """(bind address, address advertised to the other ranks) for the Group Generator."""
+    if config.coordinator_addr:
+        return "0.0.0.0", config.coordinator_addr
+    if topology.cross_size == 1:
+        return "127.0.0.1", "127.0.0.1"
+    host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
+    return "0.0.0.0", socket.gethostbyname(host)

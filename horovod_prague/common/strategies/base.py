@@ -1,0 +1,54 @@
+"""The interface every group-generation strategy implements."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+from ..topology import Topology
+from .divisions import Group
+
+
+class GroupStrategy(abc.ABC):
+    """Decides groups for the Group Generator.
+
+    A strategy knows up front every group it may ever emit (``groups()``): those are registered
+    as Horovod process sets at init, so their number per rank is what a strategy must keep small.
+
+    ``generate`` is called when a rank asks for a group and has none buffered. It returns
+    disjoint groups, all made of ``active`` ranks, one of which contains the requester; that one
+    may be the requester alone, which means "no averaging this step".
+    """
+
+    name: str = ""
+
+    def __init__(
+        self, topology: Topology, group_size: int, pool_size: int, seed: int, threshold: int = 0
+    ) -> None:
+        if group_size > topology.size:
+            raise ValueError(
+                f"group_size: {group_size} is larger than the world size {topology.size}"
+            )
+        self.topology = topology
+        self.group_size = group_size
+        self.pool_size = pool_size
+        self.seed = seed
+        self.threshold = threshold
+
+    @abc.abstractmethod
+    def groups(self) -> tuple[Group, ...]:
+        """Every group of two or more ranks this strategy can return, in a fixed order."""
+
+    @abc.abstractmethod
+    def generate(
+        self, requester: int, counts: Sequence[int], active: frozenset[int]
+    ) -> list[Group]:
+        """Groups for one generation; see the class docstring."""
+
+    def sets_per_rank(self) -> int:
+        """The largest number of this strategy's groups any one rank belongs to."""
+        per_rank = [0] * self.topology.size
+        for group in self.groups():
+            for rank in group:
+                per_rank[rank] += 1
+        return max(per_rank)

@@ -1,0 +1,101 @@
+"""Divisions: ways of splitting ranks into disjoint groups, and the helpers strategies share.
+
+A *group* is a sorted tuple of ranks; a *division* is a tuple of disjoint groups covering
+the ranks it was made from.
+
+    >>> chunk([3, 1, 2, 0], 2)
+    ((0, 2), (1, 3))
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+
+from ..topology import Topology
+
+Group = tuple[int, ...]
+Division = tuple[Group, ...]
+
+
+def chunk(order: Sequence[int], k: int) -> Division:
+    """Cut ``order`` into consecutive groups of ``k``.
+
+    A remainder of one rank joins the last group; a larger remainder forms its own group.
+    """
+    groups = [list(order[i : i + k]) for i in range(0, len(order), k)]
+    if len(groups) > 1 and len(groups[-1]) == 1:
+        groups[-2].extend(groups.pop())
+    return canonical(groups)
+
+
+def canonical(groups: Iterable[Iterable[int]]) -> Division:
+    """The one spelling of a division: sorted groups, sorted by their first rank."""
+    return tuple(sorted(tuple(sorted(g)) for g in groups))
+
+
+def group_of(division: Division, rank: int) -> Group:
+    for group in division:
+        if rank in group:
+            return group
+    raise KeyError(f"rank {rank} is in no group of {division}")
+
+
+def random_division(ranks: Sequence[int], k: int, rng: random.Random) -> Division:
+    order = list(ranks)
+    rng.shuffle(order)
+    return chunk(order, k)
+
+
+def intra_division(topology: Topology, k: int, rng: random.Random) -> Division:
+    """Groups inside nodes as far as possible; leftovers of every node are grouped together."""
+    groups: list[Group] = []
+    leftovers: list[int] = []
+    for node in range(topology.cross_size):
+        ranks = list(topology.ranks_on(node))
+        rng.shuffle(ranks)
+        whole = len(ranks) - len(ranks) % k
+        groups.extend(tuple(sorted(ranks[i : i + k])) for i in range(0, whole, k))
+        leftovers.extend(ranks[whole:])
+    if leftovers:
+        rest = chunk(leftovers, k)
+        if len(rest[-1]) == 1 and groups:
+            groups[-1] = tuple(sorted(groups[-1] + rest[-1]))
+            rest = rest[:-1]
+        groups.extend(rest)
+    return canonical(groups)
+
+
+def inter_division(topology: Topology, k: int, rng: random.Random) -> Division:
+    """Groups that take consecutive ranks from different nodes (one per node where possible)."""
+    per_node = [list(topology.ranks_on(n)) for n in range(topology.cross_size)]
+    for ranks in per_node:
+        rng.shuffle(ranks)
+    order: list[int] = []
+    for local in range(topology.local_size):
+        nodes = list(range(topology.cross_size))
+        rng.shuffle(nodes)
+        order.extend(per_node[n][local] for n in nodes)
+    return chunk(order, k)
+
+
+def is_connected(size: int, groups: Iterable[Group]) -> bool:
+    """Whether the ranks 0..size-1 form one component when every group links its members."""
+    parent = list(range(size))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for group in groups:
+        for other in group[1:]:
+            parent[find(other)] = find(group[0])
+    return len({find(r) for r in range(size)}) == 1
+
+
+def restrict(division: Division, allowed: Iterable[int]) -> list[Group]:
+    """The groups of ``division`` whose members are all in ``allowed``."""
+    allowed = set(allowed)
+    return [g for g in division if allowed.issuperset(g)]
