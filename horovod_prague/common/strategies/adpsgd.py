@@ -31,19 +31,12 @@ class AdpsgdStrategy(GroupStrategy):
         super().__init__(topology, group_size, pool_size, seed, threshold)
         actives = list(range(0, topology.size, 2))
         passives = list(range(1, topology.size, 2))
-        width = min(pool_size, len(passives))
-        self.peers: dict[int, tuple[int, ...]] = {
-            a: tuple(passives[(j + s) % len(passives)] for s in range(width))
-            for j, a in enumerate(actives)
-        }
+        self.peers = _peer_lists(actives, passives, pool_size)
         self.rng = random.Random(f"{seed}:generate")
 
     def groups(self) -> tuple[Group, ...]:
-        seen: dict[Group, None] = {}
-        for active, peers in self.peers.items():
-            for peer in peers:
-                seen.setdefault(tuple(sorted((active, peer))))
-        return tuple(seen)
+        pairs = [tuple(sorted((a, p))) for a, peers in self.peers.items() for p in peers]
+        return tuple(pair for pair in pairs if len(pair) < self.topology.size)
 
     def generate(
         self, requester: int, counts: Sequence[int], active: frozenset[int]
@@ -52,3 +45,18 @@ class AdpsgdStrategy(GroupStrategy):
         if not peers:
             return [(requester,)]
         return [tuple(sorted((requester, self.rng.choice(peers))))]
+
+
+def _peer_lists(actives: list[int], passives: list[int], limit: int) -> dict[int, tuple[int, ...]]:
+    """Rotated peer lists in which no rank, active or passive, has more than ``limit`` peers."""
+    peers: dict[int, list[int]] = {a: [] for a in actives}
+    load = dict.fromkeys(passives, 0)
+    for shift in range(min(limit, len(passives))):
+        for j, a in enumerate(actives):
+            for t in range(len(passives)):
+                p = passives[(j + shift + t) % len(passives)]
+                if load[p] < limit and p not in peers[a]:
+                    peers[a].append(p)
+                    load[p] += 1
+                    break
+    return {a: tuple(ps) for a, ps in peers.items()}

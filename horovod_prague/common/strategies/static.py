@@ -1,9 +1,12 @@
 """``static``: a fixed, conflict-free schedule that alternates intra-node and inter-node groups.
 
-The schedule is a cycle of divisions. Intra divisions cut each node's ranks into consecutive
-groups; inter divisions walk the ranks column by column (local rank 0 of every node, then local
-rank 1, ...) with the node order rotated by one more step each time, so consecutive ranks sit on
-different nodes. On one node the inter step is the intra step rotated by half a group.
+The schedule is a cycle of divisions: intra, inter, intra', inter', ... Intra step ``s`` cuts
+each node's ranks into consecutive groups after shifting them by ``s`` half-groups; inter step
+``s`` walks the ranks column by column (local rank 0 of every node, then local rank 1, ...),
+rotating the node order for local rank ``j`` by ``j + s``, so groups cross nodes. Steps are
+added until the groups connect every rank (2 to 4 distinct divisions for every shape up to
+8 nodes x 8 ranks; each is one process set per rank). On one node, or with one rank per
+node, the distinct divisions alone form the cycle. ``pool_size`` does not apply.
 
     >>> from horovod_prague.common.topology import Topology
     >>> StaticStrategy(Topology(4, 2), group_size=2, pool_size=2, seed=0).schedule
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 
 from ..topology import Topology
 from .base import GroupStrategy
-from .divisions import Division, Group, chunk, group_of, restrict
+from .divisions import Division, Group, chunk, group_of, is_connected, restrict
 
 
 class StaticStrategy(GroupStrategy):
@@ -36,24 +39,25 @@ class StaticStrategy(GroupStrategy):
 
     def _build_schedule(self) -> tuple[Division, ...]:
         t, k = self.topology, self.group_size
-        intra = chunk(range(t.size), k)
-        if k == t.size:
-            return (intra,)
-        if t.cross_size == 1 or t.local_size == 1:
-            shift = max(1, k // 2)
-            rotated = [(r + shift) % t.size for r in range(t.size)]
-            return (intra, chunk(rotated, k))
         schedule: list[Division] = []
-        for step in range(max(1, self.pool_size // 2)):
-            order = [
-                ((node + step * local) % t.cross_size) * t.local_size + local
+        for step in range(2 * t.size):
+            shift = step * max(1, k // 2)
+            intra = [
+                node * t.local_size + (local + shift) % t.local_size
+                for node in range(t.cross_size)
+                for local in range(t.local_size)
+            ]
+            inter = [
+                ((node + local + step) % t.cross_size) * t.local_size + local
                 for local in range(t.local_size)
                 for node in range(t.cross_size)
             ]
-            inter = chunk(order, k)
-            if inter in schedule:
+            schedule += [chunk(intra, k), chunk(inter, k)]
+            if is_connected(t.size, (g for d in schedule for g in d)):
                 break
-            schedule += [intra, inter]
+        if t.cross_size == 1 or t.local_size == 1:
+            # Intra and inter coincide on one node or one rank per node: keep each once.
+            schedule = list(dict.fromkeys(schedule))
         return tuple(schedule)
 
     def groups(self) -> tuple[Group, ...]:

@@ -1,0 +1,68 @@
+"""What each extra process set a rank belongs to costs (run by benchmarks/process_set_cost.py).
+
+Registers SETS divisions of the ranks into pairs (each rank is in SETS pair sets), given to
+hvd.init (MODE=static) or added after init with dynamic process sets (MODE=dynamic), then times
+1-float and 1M-float allreduces on the global set and on one of the rank's pair sets.
+Rank 0 prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import time
+
+import horovod.torch as hvd
+import torch
+
+mode = os.environ.get("MODE", "static")
+n_divisions = int(os.environ.get("SETS", "0"))
+size = int(os.environ.get("HOROVOD_SIZE") or os.environ["OMPI_COMM_WORLD_SIZE"])
+rng = random.Random(0)
+divisions = []
+while len(divisions) < n_divisions:
+    order = list(range(size))
+    rng.shuffle(order)
+    pairs = [tuple(sorted(order[i : i + 2])) for i in range(0, size, 2)]
+    if all(set(pairs).isdisjoint(d) for d in divisions):
+        divisions.append(pairs)
+pairs = [p for d in divisions for p in d]
+if mode == "static":
+    sets = [hvd.ProcessSet(list(p)) for p in pairs]
+    hvd.init(process_sets=sets)
+else:
+    os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
+    hvd.init()
+    sets = [hvd.add_process_set(list(p)) for p in pairs]
+torch.set_num_threads(1)
+rank = hvd.rank()
+mine = next((s for p, s in zip(pairs, sets, strict=True) if rank in p), None)
+
+
+def median_ms(fn, reps):
+    fn()
+    hvd.barrier()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * max(hvd.allgather_object(statistics.median(times), name="cost"))
+
+
+small, big = torch.ones(1), torch.ones(1_000_000)
+result = {
+    "mode": mode,
+    "ranks": size,
+    "sets_per_rank": n_divisions,
+    "global_1": median_ms(lambda: hvd.allreduce_(small, name="g1"), 30),
+    "global_1M": median_ms(lambda: hvd.allreduce_(big, name="g1m"), 8),
+}
+if mine is not None:
+    result["pair_1"] = median_ms(lambda: hvd.allreduce_(small, name="p1", process_set=mine), 30)
+    result["pair_1M"] = median_ms(lambda: hvd.allreduce_(big, name="p1m", process_set=mine), 8)
+if rank == 0:
+    print("BENCH " + json.dumps(result), flush=True)
+hvd.shutdown()

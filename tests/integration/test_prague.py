@@ -1,0 +1,91 @@
+"""P-Reduce and the Group Generator on 4 real Horovod ranks."""
+
+from collections import defaultdict
+
+import pytest
+from launch import run_ranks
+
+pytestmark = pytest.mark.multirank
+
+
+def _occurrences(reports):
+    """(group, k) -> {rank: entry}: the k-th time each member ran that group."""
+    seen = defaultdict(dict)
+    for rep in reports:
+        counter = defaultdict(int)
+        for entry in rep["log"]:
+            group = tuple(entry["group"])
+            seen[(group, counter[group])][rep["rank"]] = entry
+            counter[group] += 1
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("controller", "strategy"),
+    [
+        ("gloo", "smart"),
+        ("gloo", "static"),
+        ("gloo", "allreduce"),
+        ("mpi", "smart"),
+        ("mpi", "adpsgd"),
+    ],
+)
+def test_partial_allreduce_gives_the_exact_group_mean(tmp_path, controller, strategy):
+    job = run_ranks("group_means.py", tmp_path, controller=controller, args=(strategy, "12"))
+    job.check()
+    averaged = 0
+    for (group, _), members in _occurrences(job.reports).items():
+        if len(group) == 1:
+            continue
+        assert sorted(members) == list(group), f"{group} not run by all its members"
+        for i in range(3):
+            befores = [members[m]["before"][i] for m in group]
+            expected = _mean(befores)
+            for m in group:
+                assert members[m]["after"][i] == expected, (group, i)
+        averaged += 1
+    assert averaged >= 6
+    finals = [rep["final"] for rep in job.reports]
+    assert all(f == finals[0] for f in finals)
+
+
+def _mean(nested_lists):
+    if isinstance(nested_lists[0], list):
+        return [_mean([x[i] for x in nested_lists]) for i in range(len(nested_lists[0]))]
+    return sum(nested_lists) / len(nested_lists)
+
+
+@pytest.mark.parametrize("strategy", ["smart", "static", "random", "adpsgd", "allreduce"])
+@pytest.mark.parametrize("ending", ["even", "uneven"])
+def test_500_steps_with_random_delays_end_cleanly(tmp_path, strategy, ending):
+    job = run_ranks("soak.py", tmp_path, args=(strategy, "500", ending), timeout=400)
+    job.check()
+    reps = job.reports
+    assert [r["steps"] for r in reps] == ([500] * 4 if ending == "even" else [500, 463, 426, 389])
+    for a in reps:
+        for b in reps:
+            shared_a = [g for g in a["executed"] if b["rank"] in g]
+            shared_b = [g for g in b["executed"] if a["rank"] in g]
+            assert shared_a == shared_b, (a["rank"], b["rank"])
+    assert len({r["digest"] for r in reps}) == 1, "ranks differ after the final average"
+
+
+def test_a_straggler_slows_only_its_own_groups(tmp_path):
+    def rates(strategy, sleep):
+        job = run_ranks(
+            "straggler.py", tmp_path / f"{strategy}{sleep}", args=(strategy, "40", str(sleep))
+        )
+        return [r["rate"] for r in job.check().reports]
+
+    calm = rates("smart", 0.0)
+    smart = rates("smart", 0.3)
+    allreduce = rates("allreduce", 0.3)
+    fast_calm, fast_smart, fast_allreduce = (min(x[:3]) for x in (calm, smart, allreduce))
+    print(
+        f"steps/s of the slowest fast rank: smart calm {fast_calm:.1f}, smart with straggler "
+        f"{fast_smart:.1f}, allreduce with straggler {fast_allreduce:.1f}; straggler "
+        f"{smart[3]:.1f} / {allreduce[3]:.1f}"
+    )
+    assert fast_smart >= 0.4 * fast_calm
+    assert fast_smart >= 3 * smart[3]
+    assert fast_allreduce <= 1.5 * allreduce[3]

@@ -1,0 +1,52 @@
+"""Many steps with random per-rank delays and uneven step counts; logs every group run."""
+
+import hashlib
+import random
+import sys
+import time
+
+import torch
+from _report import report
+
+import horovod_prague.torch as hvd
+from horovod_prague.common.strategies import Group
+
+strategy, steps, uneven = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "uneven"
+hvd.init(strategy=strategy, group_size=2, seed=11)
+r = hvd.rank()
+rng = random.Random(100 + r)
+my_steps = steps - (37 * r if uneven else 0)
+model = torch.nn.Linear(8, 4)
+torch.manual_seed(r)
+for p in model.parameters():
+    p.data.normal_()
+executed: list[Group] = []
+
+original = hvd.partial_allreduce
+
+
+def logged(tensors, group):
+    executed.append(list(group))
+    original(tensors, group)
+
+
+hvd._binding.partial_allreduce = logged  # see every group run, drains included
+for step in range(1, my_steps + 1):
+    time.sleep(rng.uniform(0, 0.004))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * (r + 1))
+    group = hvd.next_group()
+    logged(model.parameters(), group)
+    if not uneven and step % 100 == 0:
+        assert hvd.average_model(model)
+hvd.finish(model)
+digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+report(
+    {
+        "steps": my_steps,
+        "executed": [g for g in executed if len(g) > 1],
+        "digest": digest.hexdigest(),
+    }
+)
+hvd.shutdown()

@@ -1,0 +1,67 @@
+"""Prague options: parsing, precedence and the errors bad values get."""
+
+import pytest
+
+from horovod_prague.common.config import PragueConfig
+from horovod_prague.common.topology import Topology
+
+
+def test_keyword_arguments_beat_environment_beat_defaults():
+    env = {"HOROVOD_PRAGUE_GROUP_SIZE": "4", "HOROVOD_PRAGUE_SEED": "9"}
+    cfg = PragueConfig.from_sources({"group_size": 3}, env=env)
+    assert (cfg.group_size, cfg.seed, cfg.strategy) == (3, 9, "smart")
+
+
+def test_environment_values_are_typed():
+    env = {"HOROVOD_PRAGUE_TIMEOUT": "2.5", "HOROVOD_PRAGUE_STRATEGY": "static", "X": "y"}
+    cfg = PragueConfig.from_sources(env=env)
+    assert cfg.timeout == 2.5 and cfg.strategy == "static"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "message"),
+    [
+        ({"strategy": "fancy"}, {}, "strategy: unknown strategy 'fancy'"),
+        ({"group_size": 1}, {}, "group_size: must be at least 2"),
+        ({"threshold": -1}, {}, "threshold: must be >= 0"),
+        ({"sync_every": -5}, {}, "sync_every"),
+        ({"timeout": 0}, {}, "timeout"),
+        ({"pool_size": 0}, {}, "pool_size"),
+        ({}, {"HOROVOD_PRAGUE_GROUP_SIZE": "two"}, "HOROVOD_PRAGUE_GROUP_SIZE: expected int"),
+        ({"group_size": 2.5}, {}, "group_size: expected an integer"),
+        ({"coordinator_port": 70000}, {}, "coordinator_port"),
+    ],
+)
+def test_bad_values_name_the_option(kwargs, env, message):
+    with pytest.raises(ValueError, match=message):
+        PragueConfig.from_sources(kwargs, env=env)
+
+
+def test_unknown_option_is_a_type_error_listing_the_known_ones():
+    with pytest.raises(TypeError, match="unknown Prague option 'group'.*group_size"):
+        PragueConfig.from_sources({"group": 2}, env={})
+
+
+def test_group_size_larger_than_world():
+    with pytest.raises(ValueError, match="group_size: 8 is larger than the world size 4"):
+        PragueConfig(group_size=8).check_world(4)
+
+
+def test_fingerprint_ignores_local_only_options():
+    a = PragueConfig(coordinator_port=1234)
+    assert a.fingerprint() == PragueConfig().fingerprint()
+    assert PragueConfig(seed=1).fingerprint() != PragueConfig().fingerprint()
+
+
+def test_round_trip_through_environment():
+    cfg = PragueConfig(strategy="random", group_size=3, threshold=0, seed=5)
+    assert PragueConfig.from_sources(env=cfg.to_env()) == cfg
+
+
+def test_topology_from_launchers():
+    assert Topology.from_env({"HOROVOD_SIZE": "8", "HOROVOD_LOCAL_SIZE": "4"}) == Topology(8, 4)
+    mpi = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    assert Topology.from_env(mpi) == Topology(4, 2)
+    assert Topology.from_env({}) is None
+    with pytest.raises(ValueError, match="same number of ranks on every node"):
+        Topology(6, 4)
