@@ -41,7 +41,7 @@ class PragueConfig:
 
     strategy: str = "smart"
     group_size: int = 2
-    threshold: int = 3
+    threshold: int = 2
     sync_every: int = 0
     seed: int = 0
     pool_size: int = 3

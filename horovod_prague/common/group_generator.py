@@ -94,7 +94,8 @@ class GroupGenerator:
 
     def _generate(self, requester: int) -> None:
         active = frozenset(self.active)
-        groups = self.strategy.generate(requester, tuple(self.counts), active)
+        backlog = [len(b) for b in self.buffers]
+        groups = self.strategy.generate(requester, tuple(self.counts), active, backlog)
         seen: set[int] = set()
         for group in groups:
             if seen.intersection(group) or not active.issuperset(group):

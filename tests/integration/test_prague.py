@@ -71,21 +71,26 @@ def test_500_steps_with_random_delays_end_cleanly(tmp_path, strategy, ending):
 
 
 def test_a_straggler_slows_only_its_own_groups(tmp_path):
-    def rates(strategy, sleep):
-        job = run_ranks(
-            "straggler.py", tmp_path / f"{strategy}{sleep}", args=(strategy, "40", str(sleep))
-        )
-        return [r["rate"] for r in job.check().reports]
+    """Rank 3 turns 300 ms slower per step halfway through each job.
 
-    calm = rates("smart", 0.0)
-    smart = rates("smart", 0.3)
-    allreduce = rates("allreduce", 0.3)
-    fast_calm, fast_smart, fast_allreduce = (min(x[:3]) for x in (calm, smart, allreduce))
+    With smart (threshold 2) the other ranks keep at least 30% of their own calm rate from
+    the same job and run at least 3x the straggler's rate; with allreduce they drop to the
+    straggler's pace. Rates are each phase's second half (steady state).
+    """
+
+    def rates(strategy):
+        job = run_ranks("straggler.py", tmp_path / strategy, args=(strategy, "8", "0.3"))
+        return job.check().reports
+
+    smart, allreduce = rates("smart"), rates("allreduce")
+    fast_calm = min(r["calm"] for r in smart[:3])
+    fast_smart = min(r["straggling"] for r in smart[:3])
+    fast_allreduce = max(r["straggling"] for r in allreduce[:3])
     print(
-        f"steps/s of the slowest fast rank: smart calm {fast_calm:.1f}, smart with straggler "
-        f"{fast_smart:.1f}, allreduce with straggler {fast_allreduce:.1f}; straggler "
-        f"{smart[3]:.1f} / {allreduce[3]:.1f}"
+        f"steps/s, slowest fast rank: smart calm {fast_calm:.1f}, smart with straggler "
+        f"{fast_smart:.1f} (straggler {smart[3]['straggling']:.1f}); allreduce with "
+        f"straggler {fast_allreduce:.1f} (straggler {allreduce[3]['straggling']:.1f})"
     )
-    assert fast_smart >= 0.4 * fast_calm
-    assert fast_smart >= 3 * smart[3]
-    assert fast_allreduce <= 1.5 * allreduce[3]
+    assert fast_smart >= 0.3 * fast_calm
+    assert fast_smart >= 3 * smart[3]["straggling"]
+    assert fast_allreduce <= 1.5 * allreduce[3]["straggling"]

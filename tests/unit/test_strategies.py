@@ -149,9 +149,16 @@ def test_smart_keeps_a_straggler_out_of_fast_groups():
     assert [g for g in groups if 3 in g][0] != (3,)
 
 
+def test_smart_gives_no_group_to_a_rank_that_still_owes_one():
+    strategy = SmartStrategy(Topology(4, 4), group_size=2, pool_size=3, seed=1, threshold=2)
+    for _ in range(20):
+        groups = strategy.generate(0, [5, 5, 5, 5], frozenset(range(4)), backlog=[0, 1, 0, 0])
+        assert all(1 not in g for g in groups)
+
+
 def test_threshold_zero_turns_the_rule_off():
     strategy = SmartStrategy(Topology(2, 2), group_size=2, pool_size=2, seed=0, threshold=0)
-    assert strategy.generate(0, [100, 0], frozenset({0, 1})) == [(0, 1)]
+    assert strategy.generate(0, [100, 0], frozenset({0, 1}), backlog=[0, 3]) == [(0, 1)]
 
 
 STATIC_SCHEDULES = {

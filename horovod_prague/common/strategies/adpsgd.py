@@ -39,7 +39,11 @@ class AdpsgdStrategy(GroupStrategy):
         return tuple(pair for pair in pairs if len(pair) < self.topology.size)
 
     def generate(
-        self, requester: int, counts: Sequence[int], active: frozenset[int]
+        self,
+        requester: int,
+        counts: Sequence[int],
+        active: frozenset[int],
+        backlog: Sequence[int] | None = None,
     ) -> list[Group]:
         peers = [p for p in self.peers.get(requester, ()) if p in active]
         if not peers:

@@ -23,7 +23,11 @@ class AllreduceStrategy(GroupStrategy):
         return ()
 
     def generate(
-        self, requester: int, counts: Sequence[int], active: frozenset[int]
+        self,
+        requester: int,
+        counts: Sequence[int],
+        active: frozenset[int],
+        backlog: Sequence[int] | None = None,
     ) -> list[Group]:
         world = tuple(range(self.topology.size))
         return [world] if active.issuperset(world) else [(requester,)]

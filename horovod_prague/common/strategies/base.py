@@ -15,9 +15,10 @@ class GroupStrategy(abc.ABC):
     A strategy knows up front every group it may ever emit (``groups()``): those are registered
     as Horovod process sets at init, so their number per rank is what a strategy must keep small.
 
-    ``generate`` is called when a rank asks for a group and has none buffered. It returns
-    disjoint groups, all made of ``active`` ranks, one of which contains the requester; that one
-    may be the requester alone, which means "no averaging this step".
+    ``generate`` is called when a rank asks for a group and has none buffered. It gets every
+    rank's request count and ``backlog`` (groups buffered and not yet run) and returns disjoint
+    groups, all made of ``active`` ranks, one of which contains the requester; that one may be
+    the requester alone, which means "no averaging this step".
     """
 
     name: str = ""
@@ -41,7 +42,11 @@ class GroupStrategy(abc.ABC):
 
     @abc.abstractmethod
     def generate(
-        self, requester: int, counts: Sequence[int], active: frozenset[int]
+        self,
+        requester: int,
+        counts: Sequence[int],
+        active: frozenset[int],
+        backlog: Sequence[int] | None = None,
     ) -> list[Group]:
         """Groups for one generation; see the class docstring."""
 

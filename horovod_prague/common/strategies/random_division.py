@@ -75,7 +75,11 @@ class RandomStrategy(GroupStrategy):
         return tuple(seen)
 
     def eligible(
-        self, requester: int, counts: Sequence[int], active: frozenset[int]
+        self,
+        requester: int,
+        counts: Sequence[int],
+        active: frozenset[int],
+        backlog: Sequence[int] | None = None,
     ) -> frozenset[int]:
         """Ranks that may share a group with ``requester`` in this generation."""
         return active | {requester}
@@ -84,9 +88,13 @@ class RandomStrategy(GroupStrategy):
         return [d for d in self.pool if allowed.issuperset(group_of(d, requester))]
 
     def generate(
-        self, requester: int, counts: Sequence[int], active: frozenset[int]
+        self,
+        requester: int,
+        counts: Sequence[int],
+        active: frozenset[int],
+        backlog: Sequence[int] | None = None,
     ) -> list[Group]:
-        allowed = self.eligible(requester, counts, active)
+        allowed = self.eligible(requester, counts, active, backlog)
         choices = self.candidates(requester, allowed)
         self.generation += 1
         if not choices:

@@ -6,6 +6,12 @@ a group with it only if ``c_w > c_i - threshold``, where ``c`` counts each worke
 Groups holding a worker that lags that far are left out of the generation, so fast workers
 never queue behind a straggler; the straggler meets others when it triggers a generation.
 
+One guard beyond the paper: a worker that still has a group buffered is not placed in a group
+by another worker's generation. Request counts cannot see such a backlog: ranks kept waiting
+behind a straggler's queue stop counting up and the straggler looks "ahead" of them
+(docs/design.md shows the measurement). With the guard no rank owes more than one group it
+did not ask for. Threshold 0 turns both rules off.
+
     >>> from horovod_prague.common.topology import Topology
     >>> s = SmartStrategy(Topology(4, 4), group_size=2, pool_size=3, seed=0, threshold=2)
     >>> s.generate(0, counts=[10, 10, 10, 1], active=frozenset(range(4)))[0]
@@ -35,12 +41,17 @@ class SmartStrategy(RandomStrategy):
         return maker(self.topology, self.group_size, rng)
 
     def eligible(
-        self, requester: int, counts: Sequence[int], active: frozenset[int]
+        self,
+        requester: int,
+        counts: Sequence[int],
+        active: frozenset[int],
+        backlog: Sequence[int] | None = None,
     ) -> frozenset[int]:
         if self.threshold == 0:
             return active | {requester}
         floor = counts[requester] - self.threshold
-        return frozenset(w for w in active if counts[w] > floor) | {requester}
+        pending = backlog or [0] * len(counts)
+        return frozenset(w for w in active if counts[w] > floor and not pending[w]) | {requester}
 
     def candidates(self, requester: int, allowed: frozenset[int]) -> list[Division]:
         fitting = super().candidates(requester, allowed)

@@ -69,7 +69,11 @@ class StaticStrategy(GroupStrategy):
         return tuple(seen)
 
     def generate(
-        self, requester: int, counts: Sequence[int], active: frozenset[int]
+        self,
+        requester: int,
+        counts: Sequence[int],
+        active: frozenset[int],
+        backlog: Sequence[int] | None = None,
     ) -> list[Group]:
         division = self.schedule[self.generation % len(self.schedule)]
         self.generation += 1

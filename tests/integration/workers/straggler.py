@@ -1,4 +1,5 @@
-"""Rank 3 sleeps before every step; every rank reports its step rate over the first half."""
+"""Two phases of PHASE seconds in one job: all ranks equal, then rank 3 sleeps before every
+step. Each rank reports its step rate over the second half of each phase (the steady state)."""
 
 import sys
 import time
@@ -8,18 +9,26 @@ from _report import report
 
 import horovod_prague.torch as hvd
 
-strategy, steps, straggler_sleep = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-hvd.init(strategy=strategy, group_size=4 if strategy == "allreduce" else 2, threshold=3)
+strategy, phase, straggler_sleep = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+hvd.init(strategy=strategy, group_size=4 if strategy == "allreduce" else 2)
 r = hvd.rank()
 model = torch.nn.Linear(32, 32)
 stamps = []
-for _ in range(steps):
-    if r == 3:
+hvd.barrier()
+start = time.perf_counter()
+while (now := time.perf_counter() - start) < 2 * phase:
+    if r == 3 and now >= phase:
         time.sleep(straggler_sleep)  # the slow worker's extra compute
     time.sleep(0.005)  # everyone's compute
     hvd.partial_allreduce(model.parameters(), hvd.next_group())
-    stamps.append(time.perf_counter())
-half = steps // 2
+    stamps.append(time.perf_counter() - start)
 hvd.finish(model)
-report({"rate": (half - 1) / (stamps[half - 1] - stamps[0])})
+
+
+def rate(lo, hi):
+    window = [s for s in stamps if lo <= s < hi]
+    return (len(window) - 1) / (window[-1] - window[0]) if len(window) > 2 else 0.0
+
+
+report({"calm": rate(phase / 2, phase), "straggling": rate(1.5 * phase, 2 * phase)})
 hvd.shutdown()
