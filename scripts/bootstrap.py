@@ -178,7 +178,7 @@ def build_horovod(key: str, wheel_dir: Path) -> Path:
     jobs = os.environ.get("HOROVOD_PRAGUE_JOBS", str(os.cpu_count() or 2))
     step(
         f"building Horovod {HOROVOD_VERSION} with {len(PATCHES)} patches, {jobs} jobs "
-        f"(once per machine, 15-30 minutes); log: {log}"
+        f"(once per machine: about 5 minutes on 2 idle cores); log: {log}"
     )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="horovod-build-", dir=CACHE) as tmp:

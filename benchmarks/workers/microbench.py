@@ -17,6 +17,7 @@ import sys
 import time
 
 import torch
+from _timing import interleaved_medians
 
 import horovod_prague.torch as hvd
 from horovod_prague.common.coordinator import GroupGeneratorClient, GroupGeneratorServer
@@ -68,18 +69,6 @@ def gg_latency(seconds: float, rank0_trains: bool) -> list[float]:
     return sorted(x for per_rank in gathered for x in per_rank)
 
 
-def op_time(fn, reps: int) -> float:
-    fn()
-    hvd.barrier()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    per_rank = hvd.allgather_object(statistics.median(times), name="bench.op")
-    return max(per_rank)
-
-
 def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
@@ -97,13 +86,17 @@ for trains in (False, True):
 group = next(g for g in rt.strategy.schedule[0] if rank in g)
 process_set = rt.process_set(group)
 for n in sizes:
-    reps = 8 if n <= 1_000_000 else 3
+    reps = 12 if n <= 1_000_000 else 5
     t = torch.ones(n)
-    result[f"preduce_{n}"] = op_time(lambda t=t: hvd.partial_allreduce([t], group), reps)
-    result[f"bare_set_{n}"] = op_time(
-        lambda t=t: hvd.allreduce_(t, op=hvd.Average, process_set=process_set, name="bare"), reps
-    )
-    result[f"global_{n}"] = op_time(lambda t=t: hvd.allreduce_(t, op=hvd.Average, name="g"), reps)
+    ops = {
+        "preduce": lambda t=t: hvd.partial_allreduce([t], group),
+        "bare_set": lambda t=t: hvd.allreduce_(
+            t, op=hvd.Average, process_set=process_set, name="bare"
+        ),
+        "global": lambda t=t: hvd.allreduce_(t, op=hvd.Average, name="g"),
+    }
+    for kind, seconds in interleaved_medians(hvd, ops, reps, f"ops{n}").items():
+        result[f"{kind}_{n}"] = seconds
 if rank == 0:
     print("BENCH " + json.dumps(result), flush=True)
 hvd.shutdown()

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import statistics
-import time
 
 import horovod.torch as hvd
 import torch
+from _timing import slowest_median
 
 mode = os.environ.get("MODE", "static")
 n_divisions = int(os.environ.get("SETS", "0"))
@@ -42,14 +41,7 @@ mine = next((s for p, s in zip(pairs, sets, strict=True) if rank in p), None)
 
 
 def median_ms(fn, reps):
-    fn()
-    hvd.barrier()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * max(hvd.allgather_object(statistics.median(times), name="cost"))
+    return 1e3 * slowest_median(hvd, fn, reps, "cost")
 
 
 small, big = torch.ones(1), torch.ones(1_000_000)
