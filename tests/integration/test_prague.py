@@ -73,9 +73,9 @@ def test_500_steps_with_random_delays_end_cleanly(tmp_path, strategy, ending):
 def test_a_straggler_slows_only_its_own_groups(tmp_path):
     """Rank 3 turns 300 ms slower per step halfway through each job.
 
-    With smart (threshold 2) the other ranks keep at least 30% of their own calm rate from
+    With smart (threshold 2) the other ranks keep at least 40% of their own calm rate from
     the same job and run at least 3x the straggler's rate; with allreduce they drop to the
-    straggler's pace. Rates are each phase's second half (steady state).
+    straggler's pace. Rates are from the median step time in each phase's second half.
     """
 
     def rates(strategy):
@@ -91,7 +91,7 @@ def test_a_straggler_slows_only_its_own_groups(tmp_path):
         f"{fast_smart:.1f} (straggler {smart[3]['straggling']:.1f}); allreduce with "
         f"straggler {fast_allreduce:.1f} (straggler {allreduce[3]['straggling']:.1f})"
     )
-    assert fast_smart >= 0.3 * fast_calm
+    assert fast_smart >= 0.4 * fast_calm
     assert fast_smart >= 3 * smart[3]["straggling"]
     assert fast_allreduce <= 1.5 * allreduce[3]["straggling"]
 
