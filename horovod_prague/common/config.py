@@ -44,7 +44,7 @@ class PragueConfig:
     threshold: int = 2
     sync_every: int = 0
     seed: int = 0
-    pool_size: int = 2
+    pool_size: int = 3
     timeout: float = 60.0
     coordinator_addr: str = ""
     coordinator_port: int = 0
