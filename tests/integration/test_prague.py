@@ -99,3 +99,16 @@ def test_a_straggler_slows_only_its_own_groups(tmp_path):
     assert with_straggler >= 0.4 * calm
     assert with_straggler >= 3 * smart[3]["straggling"]
     assert allreduce_fast <= 1.5 * allreduce[3]["straggling"]
+
+
+def test_tensorflow_variables_get_the_group_mean(tmp_path):
+    job = run_ranks("tf_group_means.py", tmp_path, timeout=300).check()
+    first = {rep["rank"]: rep["log"][0] for rep in job.reports}
+    for rank, entry in first.items():
+        group = entry["group"]
+        assert group == ([0, 1] if rank < 2 else [2, 3])  # the static schedule's first step
+        assert entry["values"][0] == [sum(group) / 2] * 3
+        assert entry["values"][1] == [[10.0 * sum(group) / 2] * 2] * 2
+    finals = [rep["final"] for rep in job.reports]
+    assert all(f == finals[0] for f in finals)
+    assert finals[0][0] == [1.5] * 3
