@@ -89,17 +89,16 @@ class PragueConfig:
                 values[name] = _parse(fields[name].type, value, name)
         return cls(**values)
 
-    def check_world(self, size: int) -> None:
-        """Raise ValueError when the options cannot work with ``size`` ranks."""
-        if self.group_size > size:
-            raise ValueError(f"group_size: {self.group_size} is larger than the world size {size}")
+    def agreed(self) -> dict[str, Any]:
+        """The options every rank must agree on (all but where rank 0 listens)."""
+        options = dataclasses.asdict(self)
+        for local_only in ("coordinator_addr", "coordinator_port"):
+            options.pop(local_only)
+        return options
 
     def fingerprint(self) -> str:
-        """A short hash of the options every rank must agree on."""
-        agreed = dataclasses.asdict(self)
-        for local_only in ("coordinator_addr", "coordinator_port"):
-            agreed.pop(local_only)
-        return hashlib.sha256(json.dumps(agreed, sort_keys=True).encode()).hexdigest()[:16]
+        """A short hash of ``agreed()``."""
+        return hashlib.sha256(json.dumps(self.agreed(), sort_keys=True).encode()).hexdigest()[:16]
 
     def to_env(self) -> dict[str, str]:
         """The ``HOROVOD_PRAGUE_*`` variables that reproduce this config."""

@@ -12,7 +12,6 @@ Generator and broadcasts its address and a fresh token, and every rank connects.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import os
 import socket
 import warnings
@@ -28,7 +27,6 @@ from .strategies import Group, GroupStrategy, make_strategy
 from .topology import Topology
 
 DYNAMIC_SETS_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
-_LOCAL_OPTIONS = ("coordinator_addr", "coordinator_port")
 
 
 class PragueRuntime:
@@ -179,10 +177,10 @@ def _topology(hvd: ModuleType) -> Topology:
 
 
 def _check_agreement(hvd: ModuleType, config: PragueConfig) -> None:
-    mine = dataclasses.asdict(config)
+    mine = config.agreed()
     everyone = hvd.allgather_object(mine, name="prague.config")
     for other_rank, theirs in enumerate(everyone):
-        differing = sorted(k for k in mine if k not in _LOCAL_OPTIONS and theirs.get(k) != mine[k])
+        differing = sorted(k for k in mine if theirs.get(k) != mine[k])
         if differing:
             details = ", ".join(f"{k}={mine[k]!r} vs {theirs.get(k)!r}" for k in differing)
             raise ValueError(
@@ -192,9 +190,7 @@ def _check_agreement(hvd: ModuleType, config: PragueConfig) -> None:
 
 
 def _describe(config: PragueConfig) -> str:
-    return ", ".join(
-        f"{k}={v!r}" for k, v in dataclasses.asdict(config).items() if k not in _LOCAL_OPTIONS
-    )
+    return ", ".join(f"{k}={v!r}" for k, v in config.agreed().items())
 
 
 def _addresses(config: PragueConfig, topology: Topology) -> tuple[str, str]:

@@ -3,6 +3,7 @@
 import pytest
 
 from horovod_prague.common.config import PragueConfig
+from horovod_prague.common.strategies import make_strategy
 from horovod_prague.common.topology import Topology
 
 
@@ -44,7 +45,7 @@ def test_unknown_option_is_a_type_error_listing_the_known_ones():
 
 def test_group_size_larger_than_world():
     with pytest.raises(ValueError, match="group_size: 8 is larger than the world size 4"):
-        PragueConfig(group_size=8).check_world(4)
+        make_strategy(PragueConfig(group_size=8), Topology(4, 4))
 
 
 def test_fingerprint_ignores_local_only_options():

@@ -20,7 +20,6 @@ STRATEGY_CLASSES: dict[str, type[GroupStrategy]] = {
 
 def make_strategy(config: PragueConfig, topology: Topology) -> GroupStrategy:
     """The strategy ``config`` names, built for ``topology``; ValueError if it cannot fit."""
-    config.check_world(topology.size)
     cls = STRATEGY_CLASSES[config.strategy]
     return cls(topology, config.group_size, config.pool_size, config.seed, config.threshold)
 

@@ -95,6 +95,16 @@ def is_connected(size: int, groups: Iterable[Group]) -> bool:
     return len({find(r) for r in range(size)}) == 1
 
 
+def distinct_groups(divisions: Iterable[Division], size: int) -> tuple[Group, ...]:
+    """Each group of two or more ranks, short of the world, once, in order of appearance."""
+    seen: dict[Group, None] = {}
+    for division in divisions:
+        for group in division:
+            if 1 < len(group) < size:
+                seen.setdefault(group)
+    return tuple(seen)
+
+
 def restrict(division: Division, allowed: Iterable[int]) -> list[Group]:
     """The groups of ``division`` whose members are all in ``allowed``."""
     allowed = set(allowed)

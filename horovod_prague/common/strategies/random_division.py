@@ -17,7 +17,15 @@ from collections.abc import Sequence
 
 from ..topology import Topology
 from .base import GroupStrategy
-from .divisions import Division, Group, group_of, is_connected, random_division, restrict
+from .divisions import (
+    Division,
+    Group,
+    distinct_groups,
+    group_of,
+    is_connected,
+    random_division,
+    restrict,
+)
 
 _POOL_ATTEMPTS = 100
 _DISTINCT_ATTEMPTS = 50
@@ -67,12 +75,7 @@ class RandomStrategy(GroupStrategy):
         )
 
     def groups(self) -> tuple[Group, ...]:
-        seen: dict[Group, None] = {}
-        for division in self.pool:
-            for group in division:
-                if 1 < len(group) < self.topology.size:
-                    seen.setdefault(group)
-        return tuple(seen)
+        return distinct_groups(self.pool, self.topology.size)
 
     def eligible(
         self,

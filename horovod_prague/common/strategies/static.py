@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from ..topology import Topology
 from .base import GroupStrategy
-from .divisions import Division, Group, chunk, group_of, is_connected, restrict
+from .divisions import Division, Group, chunk, distinct_groups, group_of, is_connected, restrict
 
 
 class StaticStrategy(GroupStrategy):
@@ -61,12 +61,7 @@ class StaticStrategy(GroupStrategy):
         return tuple(schedule)
 
     def groups(self) -> tuple[Group, ...]:
-        seen: dict[Group, None] = {}
-        for division in self.schedule:
-            for group in division:
-                if len(group) < self.topology.size:
-                    seen.setdefault(group)
-        return tuple(seen)
+        return distinct_groups(self.schedule, self.topology.size)
 
     def generate(
         self,
