@@ -2,8 +2,14 @@
 
 Every group a generation produces is appended to the buffers of all its members under one
 lock, so all buffers list groups in one global order: any two ranks meet their shared groups
-in the same order, and no cycle of waits can form. A global average (a *sync*) is the world
-group placed in that same order, so it cannot deadlock against a pending partial group either.
+in the same order, and no cycle of waits can form.
+
+A global average (a *sync*) is a barrier at the same point of every rank's program. A rank
+that reaches it takes its whole buffer, to run before the world group, and is *paused*: no
+group formed while it is paused contains it, so no rank waits in a group for a rank waiting
+in the world group (or in the script's own global collective after it). Once every rank has
+reached the sync (or finished), all are active again: a rank that asks for a group then has
+passed the world group, and every global collective the others may still be in.
 
     >>> from horovod_prague.common.strategies import StaticStrategy
     >>> from horovod_prague.common.topology import Topology
@@ -29,12 +35,12 @@ class GroupGenerator:
         self.size = size
         self.counts = [0] * size
         self.world: Group = tuple(range(size))
-        # Entries are (group, sync id); the sync id is 0 for groups a generation made.
-        self.buffers: list[collections.deque[tuple[Group, int]]] = [
-            collections.deque() for _ in range(size)
-        ]
+        self.buffers: list[collections.deque[Group]] = [collections.deque() for _ in range(size)]
         self.active: set[int] = set(range(size))
+        self.paused: set[int] = set()
+        # sync id -> whether it happens (decided when the first rank reaches it).
         self.syncs: dict[int, bool] = {}
+        self.arrived: dict[int, set[int]] = collections.defaultdict(set)
         self.generations = 0
         self._lock = threading.Lock()
 
@@ -44,19 +50,20 @@ class GroupGenerator:
             self._check(rank)
             if rank not in self.active:
                 raise ValueError(f"rank {rank} asked for a group after it finished")
+            self.paused.discard(rank)
             self.counts[rank] += 1
             if not self.buffers[rank]:
                 self._generate(rank)
             if not self.buffers[rank]:
                 return (rank,)
-            return self.buffers[rank].popleft()[0]
+            return self.buffers[rank].popleft()
 
     def sync(self, rank: int, sync_id: int) -> list[Group] | None:
         """Groups ``rank`` must run to reach global sync ``sync_id``, the world group last.
 
-        The first rank to ask for a sync id places the world group at the end of every buffer.
-        Returns [] if ``rank`` already ran that world group from its buffer, and None if the
-        sync cannot happen because some rank has finished (then it never happens for anyone).
+        Pauses ``rank`` until every rank has reached the sync. Returns None if the sync cannot
+        happen because some rank had finished when the first rank reached it (then it happens
+        for no one).
         """
         with self._lock:
             self._check(rank)
@@ -64,36 +71,43 @@ class GroupGenerator:
                 raise ValueError(f"rank {rank} asked for sync {sync_id} after it finished")
             if sync_id not in self.syncs:
                 self.syncs[sync_id] = len(self.active) == self.size
-                if self.syncs[sync_id]:
-                    for buffer in self.buffers:
-                        buffer.append((self.world, sync_id))
             if not self.syncs[sync_id]:
                 return None
-            buffer = self.buffers[rank]
-            if not any(sid == sync_id for _, sid in buffer):
-                return []
-            run: list[Group] = []
-            while True:
-                group, sid = buffer.popleft()
-                run.append(group)
-                if sid == sync_id:
-                    return run
+            if rank in self.arrived[sync_id]:
+                raise ValueError(f"rank {rank} reached sync {sync_id} twice")
+            self.paused.add(rank)
+            self._arrive(sync_id, rank)
+            run = list(self.buffers[rank])
+            self.buffers[rank].clear()
+            return [*run, self.world]
 
     def finish(self, rank: int) -> list[Group]:
-        """Mark ``rank`` finished and return the groups already decided for it.
+        """Mark ``rank`` finished and return the groups it must still run.
 
-        The rank must still run those groups: their other members will. No group made after
-        this call contains ``rank``.
+        Those are the groups already decided for it, which their other members will run, and
+        the world group of every sync other ranks have reached and it has not. No group made
+        after this call contains ``rank``.
         """
         with self._lock:
             self._check(rank)
             self.active.discard(rank)
-            left = [group for group, _ in self.buffers[rank]]
+            self.paused.discard(rank)
+            left = list(self.buffers[rank])
             self.buffers[rank].clear()
+            for sync_id, happens in sorted(self.syncs.items()):
+                if happens and rank not in self.arrived[sync_id]:
+                    self._arrive(sync_id, rank)
+                    left.append(self.world)
             return left
 
+    def _arrive(self, sync_id: int, rank: int) -> None:
+        self.arrived[sync_id].add(rank)
+        if len(self.arrived[sync_id]) == self.size:
+            # Everyone reached it: no rank still waits on a pre-sync group or collective.
+            self.paused.clear()
+
     def _generate(self, requester: int) -> None:
-        active = frozenset(self.active)
+        active = frozenset(self.active - self.paused)
         backlog = [len(b) for b in self.buffers]
         groups = self.strategy.generate(requester, tuple(self.counts), active, backlog)
         seen: set[int] = set()
@@ -112,7 +126,7 @@ class GroupGenerator:
         for group in groups:
             if len(group) > 1:
                 for member in group:
-                    self.buffers[member].append((group, 0))
+                    self.buffers[member].append(group)
 
     def _check(self, rank: int) -> None:
         if not (isinstance(rank, int) and 0 <= rank < self.size):

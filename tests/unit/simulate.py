@@ -3,6 +3,8 @@
 Each rank does ``steps[rank]`` steps; a step asks for a group and then waits until every member
 of that group has reached it. At the end a rank calls ``finish`` and must still run the groups
 returned. ``order`` picks which runnable rank moves next, so tests can drive any interleaving.
+With ``collective_after_sync`` a rank that reached a sync then waits in a ``Barrier`` of all
+ranks, as a script's own global Horovod collective after it would (the drop-in's guard).
 A deadlock (ranks left waiting and no group can complete) raises ``Deadlock``.
 """
 
@@ -20,11 +22,17 @@ class Deadlock(AssertionError):
     pass
 
 
+@dataclasses.dataclass(frozen=True)
+class Barrier:
+    sync_id: int
+    members: Group
+
+
 @dataclasses.dataclass
 class RankState:
     steps_left: int
-    pending: list[Group] = dataclasses.field(default_factory=list)
-    waiting: Group | None = None
+    pending: list[Group | Barrier] = dataclasses.field(default_factory=list)
+    waiting: Group | Barrier | None = None
     finished: bool = False
     executed: list[Group] = dataclasses.field(default_factory=list)
 
@@ -34,6 +42,7 @@ def simulate(
     steps: list[int],
     pick: Callable[[list[int]], int] | None = None,
     syncs_at: frozenset[int] = frozenset(),
+    collective_after_sync: bool = False,
 ) -> list[RankState]:
     """Drive ``gg`` until every rank is done; returns each rank's history."""
     rng = random.Random(0)
@@ -61,6 +70,8 @@ def simulate(
                 sync_ids[r] += 1
                 more = gg.sync(r, sync_ids[r])
                 s.pending.extend(more or [])
+                if collective_after_sync:
+                    s.pending.append(Barrier(sync_ids[r], tuple(range(len(ranks)))))
         elif not s.finished:
             s.finished = True
             s.pending.extend(gg.finish(r))
@@ -78,8 +89,10 @@ def _complete_groups(ranks: list[RankState]) -> None:
             group = s.waiting
             if group is None:
                 continue
-            if len(group) == 1 or all(ranks[m].waiting == group for m in group):
-                for m in group:
-                    ranks[m].executed.append(group)
+            members = group.members if isinstance(group, Barrier) else group
+            if len(members) == 1 or all(ranks[m].waiting == group for m in members):
+                for m in members:
+                    if not isinstance(group, Barrier):
+                        ranks[m].executed.append(group)
                     ranks[m].waiting = None
                 progress = True

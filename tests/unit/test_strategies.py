@@ -93,6 +93,23 @@ def test_members_run_shared_groups_in_the_same_order(job, rnd):
 
 
 @FAST
+@given(jobs(), st.randoms())
+def test_a_global_collective_after_each_sync_never_deadlocks(job, rnd):
+    """Ranks in the script's own global collective are never wanted in a group meanwhile."""
+    config, topology = job
+    gg = GroupGenerator(make_strategy(config, topology))
+    history = simulate(
+        gg,
+        [9] * topology.size,
+        pick=rnd.choice,
+        syncs_at=frozenset({1, 3, 4, 8}),
+        collective_after_sync=True,
+    )
+    world = tuple(range(topology.size))
+    assert all(state.executed.count(world) >= 4 for state in history)
+
+
+@FAST
 @given(jobs(strategies=("smart",)), st.data())
 def test_smart_threshold_rule(job, data):
     config, topology = job
@@ -228,14 +245,23 @@ def test_group_generator_rejects_requests_after_finish_and_bad_ranks():
         assert 2 not in gg.next_group(random.choice([0, 1, 3]))
 
 
-def test_sync_places_the_world_group_once_in_every_buffer():
+def test_a_sync_pauses_ranks_until_every_rank_reached_it():
     gg = GroupGenerator(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
+    world = (0, 1, 2, 3)
     assert gg.next_group(0) == (0, 1)
-    first = gg.sync(0, 1)
-    assert first == [(0, 1, 2, 3)]
-    assert gg.sync(1, 1) == [(0, 1), (0, 1, 2, 3)]
+    assert gg.sync(0, 1) == [world]
+    # Rank 1 still owes (0, 1): it runs it before the world group.
+    assert gg.sync(1, 1) == [(0, 1), world]
+    # Ranks 0 and 1 are paused: groups formed now leave them out.
     assert gg.next_group(2) == (2, 3)
-    assert gg.next_group(2) == (0, 1, 2, 3)
-    assert gg.sync(2, 1) == []
-    gg.finish(3)
+    for _ in range(5):
+        assert set(gg.next_group(2)).isdisjoint({0, 1})
+    assert gg.sync(2, 1)[-1] == world
+    with pytest.raises(ValueError, match="reached sync 1 twice"):
+        gg.sync(2, 1)
+    # Rank 3 finishes instead of reaching the sync: it runs the world group too, and with
+    # that every rank has arrived, so groups may contain ranks 0, 1 and 2 again.
+    assert gg.finish(3)[-1] == world
+    assert gg.paused == set()
+    assert any(len(gg.next_group(0)) > 1 for _ in range(4))
     assert gg.sync(0, 2) is None
