@@ -7,8 +7,12 @@ its methods as module functions.
 from __future__ import annotations
 
 import abc
+import atexit
+import functools
+import inspect
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -23,6 +27,9 @@ class Binding(abc.ABC):
     def __init__(self, hvd: ModuleType) -> None:
         self.hvd = hvd
         self._runtime: PragueRuntime | None = None
+        self._tracked: list[Callable[[], list[Any]]] = []
+        self._exchanges_since_consensus = 0
+        self._crashed = False
 
     @abc.abstractmethod
     def tensors(self, source: Any) -> list[Any]:
@@ -45,6 +52,8 @@ class Binding(abc.ABC):
         if comm is not None:
             horovod_kwargs["comm"] = comm
         self._runtime = initialize(self.hvd, config, horovod_kwargs)
+        self._watch_for_crash()
+        atexit.register(self.leave)
 
     def runtime(self) -> PragueRuntime:
         """This rank's Prague state; RuntimeError before ``init``."""
@@ -101,6 +110,7 @@ class Binding(abc.ABC):
             return False
         for group in groups:
             self.partial_allreduce(values, group)
+        self._exchanges_since_consensus = 0
         return True
 
     def finish(self, model_or_tensors: Any, average: bool = True) -> None:
@@ -118,8 +128,88 @@ class Binding(abc.ABC):
             self.average_model(values)
 
     def shutdown(self) -> None:
-        """Close the Group Generator connection, then shut Horovod down."""
+        """Leave (see ``leave``), close the Group Generator connection, shut Horovod down."""
+        self.leave()
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None
         self.hvd.shutdown()
+
+    def track(self, tensors: Callable[[], list[Any]]) -> None:
+        """Register a model, as a function that lists its tensors (the optimizers do this).
+
+        Tracked models are what ``consensus``, the guarded collectives and ``leave`` average.
+        """
+        self._tracked.append(tensors)
+
+    def tracked(self) -> list[Any]:
+        """The tensors of every tracked model, each once, in registration order."""
+        seen: set[int] = set()
+        values = []
+        for tensors in self._tracked:
+            for t in tensors():
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    values.append(t)
+        return values
+
+    def exchanged(self) -> None:
+        """Note that a tracked model took a Prague step (called by the optimizers)."""
+        self._exchanges_since_consensus += 1
+
+    def consensus(self) -> None:
+        """Average the tracked models globally if they changed since the last consensus.
+
+        Collective over all ranks, like the Horovod call it precedes; ranks that took the same
+        steps make the same decision. Does nothing without a tracked model or after ``finish``.
+        """
+        rt = self._runtime
+        if rt is None or rt.finished or not self._tracked:
+            return
+        if self._exchanges_since_consensus == 0:
+            return
+        self.average_model(self.tracked())
+
+    def guard(self, collective: Callable[..., Any]) -> Callable[..., Any]:
+        """``collective``, preceded by ``consensus()`` when it runs on the global process set.
+
+        A global collective waits for every rank; a rank that still owes a group would wait in
+        it for a rank waiting in the collective. Consensus first runs the owed groups, and
+        leaves every rank with the same model, so a checkpoint written after any global
+        collective (metric averaging, a broadcast) holds the consensus model.
+        """
+        signature = inspect.signature(collective)
+        global_id = self.hvd.global_process_set.process_set_id
+
+        @functools.wraps(collective)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self._tracked:
+                bound = signature.bind_partial(*args, **kwargs).arguments
+                process_set = bound.get("process_set")
+                if process_set is None or process_set.process_set_id == global_id:
+                    self.consensus()
+            return collective(*args, **kwargs)
+
+        return guarded
+
+    def leave(self) -> None:
+        """At the end of a run: ``finish`` the tracked models unless this rank already left.
+
+        Registered with ``atexit`` by ``init``, so an unmodified script ends with every rank
+        holding the same model and no rank waiting for one that exited. Skipped when the
+        process is ending with an uncaught exception: the job is failing, and a crashed rank
+        should not wait for the others.
+        """
+        rt = self._runtime
+        if rt is None or rt.finished or not self._tracked or self._crashed:
+            return
+        self.finish(self.tracked())
+
+    def _watch_for_crash(self) -> None:
+        previous = sys.excepthook
+
+        def excepthook(*info: Any) -> None:
+            self._crashed = True
+            previous(*info)
+
+        sys.excepthook = excepthook

@@ -1,0 +1,143 @@
+"""The drop-in: Horovod's framework modules, with Prague's replacements, for unmodified scripts.
+
+``horovod_prague_dropin.pth`` (installed beside the package) calls ``install()`` when a Python
+process starts with ``HOROVOD_PRAGUE_STRATEGY`` set, as ``horovodrun --prague`` sets it in
+every worker. Without the variable the ``.pth`` line reads it and does nothing else.
+
+``install()`` puts a finder on ``sys.meta_path``. When ``horovod.torch`` is imported, Horovod's
+own code runs unchanged; then the names in ``REPLACED`` are pointed at the Prague package's
+functions of the same name (looked up when called, so import order never matters). Horovod's
+originals stay reachable through ``originals()``, which is what the Prague packages call.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+# Horovod's synchronous and asynchronous collectives that can run on the global process set.
+# Under Prague each one first brings the model to consensus (``Binding.guard``).
+TORCH_GLOBAL_COLLECTIVES = (
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
+    "sparse_allreduce_async",
+    "allgather",
+    "allgather_async",
+    "grouped_allgather",
+    "grouped_allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "alltoall",
+    "alltoall_async",
+    "reducescatter",
+    "reducescatter_async",
+    "grouped_reducescatter",
+    "grouped_reducescatter_async",
+    "barrier",
+    "broadcast_object",
+    "allgather_object",
+    "broadcast_parameters",
+    "broadcast_optimizer_state",
+)
+
+# Horovod module -> (Prague module, names it replaces).
+REPLACED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "horovod.torch": (
+        "horovod_prague.torch",
+        ("init", "shutdown", "DistributedOptimizer", *TORCH_GLOBAL_COLLECTIVES),
+    ),
+}
+NOT_YET = ("horovod.tensorflow", "horovod.keras")
+
+_originals: dict[str, dict[str, Any]] = {}
+
+
+def install() -> None:
+    """Replace Horovod's functions in modules imported from now on (idempotent)."""
+    if not any(isinstance(f, _DropInFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DropInFinder())
+    for name in REPLACED:
+        if name in sys.modules:
+            patch(sys.modules[name])
+
+
+def patch(module: ModuleType) -> None:
+    """Point ``module``'s replaced names at the Prague package's functions."""
+    target, names = REPLACED[module.__name__]
+    saved = _originals.setdefault(module.__name__, {})
+    for name in names:
+        original = getattr(module, name)
+        if getattr(original, "__prague_target__", None) == target:
+            continue
+        saved[name] = original
+        setattr(module, name, _forward(target, name, original))
+
+
+def originals(module: ModuleType) -> ModuleType:
+    """``module`` as Horovod made it, whether or not the drop-in replaced some of its names."""
+    saved = _originals.get(module.__name__)
+    if not saved:
+        return module
+    view = ModuleType(module.__name__)
+    view.__dict__.update(vars(module))
+    view.__dict__.update(saved)
+    return view
+
+
+def _forward(target: str, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(target), name)(*args, **kwargs)
+
+    call.__prague_target__ = target  # type: ignore[attr-defined]
+    return call
+
+
+class _DropInFinder(importlib.abc.MetaPathFinder):
+    """Finds Horovod's modules as usual and patches those in ``REPLACED`` once loaded."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname in NOT_YET:
+            warnings.warn(
+                f"HOROVOD_PRAGUE_STRATEGY is set, but the Prague drop-in covers horovod.torch "
+                f"only; {fullname} runs as stock Horovod (use horovod_prague.tensorflow "
+                "explicitly)",
+                stacklevel=2,
+            )
+            return None
+        if fullname not in REPLACED:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _PatchingLoader(spec.loader)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        patch(module)
