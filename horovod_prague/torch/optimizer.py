@@ -1,0 +1,303 @@
+"""``DistributedOptimizer``: Horovod's optimizer wrapper, with group averaging of the model.
+
+Horovod's wrapper all-reduces gradients, then steps. This one steps on the local gradient,
+then averages the parameters (and the models' buffers) with the group the Group Generator
+gives this rank; every ``sync_every`` steps it averages over all ranks instead::
+
+    import horovod_prague.torch as hvd
+
+    hvd.init(strategy="smart")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for x, y in loader:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+It takes Horovod's arguments and makes Horovod's checks. Those that shape how gradients are
+all-reduced (``compression``, ``op``, ``gradient_predivide_factor``, ``groups``,
+``sparse_as_dense``) have nothing to act on, since gradients stay local; see docs/usage.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from .binding import _hvd, binding
+from .buffers import ModelFinder, buffers_of
+
+STEP_WARNING = (
+    "optimizer.step() called without optimizer.skip_synchronize() context after "
+    "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code."
+)
+TOO_MANY_PASSES = (
+    "Gradients were computed more than backward_passes_per_step times before call to step(). "
+    "Increase backward_passes_per_step to accumulate gradients locally."
+)
+
+
+class _PragueOptimizer(torch.optim.Optimizer):
+    """Mixed in before the user's optimizer class; shares that optimizer's state."""
+
+    def _prague_setup(
+        self,
+        named_parameters: list[tuple[str, torch.Tensor]] | None,
+        backward_passes_per_step: int,
+        model: torch.nn.Module | None,
+        sync_every: int | None,
+    ) -> None:
+        self._parameter_names = {id(v): k for k, v in named_parameters or []}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._sync_every = sync_every
+        self._prague_steps = 0
+        self._synchronized = False
+        self._should_synchronize = True
+        self._passes: dict[int, int] = {}
+        self._models = [model] if model is not None else None
+        self._finder = None if model is not None else ModelFinder(self._params())
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(self._count_pass)
+            for p in self._params()
+            if p.requires_grad
+        ]
+        binding.track(self.prague_tensors)
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def _count_pass(self, p: torch.Tensor) -> None:
+        passes = self._passes.get(id(p), 0) + 1
+        if passes > self.backward_passes_per_step:
+            raise AssertionError(TOO_MANY_PASSES)
+        self._passes[id(p)] = passes
+
+    def prague_tensors(self) -> list[torch.Tensor]:
+        """What a Prague step averages: every parameter, then the trained models' buffers."""
+        if self._models is None:
+            assert self._finder is not None
+            self._models = self._finder.models()
+            self._finder = None
+        params = self._params()
+        ids = {id(p) for p in params}
+        return params + [b for b in buffers_of(self._models) if id(b) not in ids]
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Change how many backward passes may accumulate before ``step()``."""
+        if passes <= 0:
+            raise ValueError("backward_passes_per_step must be > 0")
+        self.backward_passes_per_step = passes
+        self._passes.clear()
+
+    def synchronize(self) -> None:
+        """Finish this step's gradients; afterwards they may be modified (e.g. clipped).
+
+        Prague applies each rank's own gradient, so there is nothing to wait for; the model
+        itself is averaged in ``step()``.
+        """
+        self._passes.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self) -> Iterator[None]:
+        """Use after ``synchronize()``: ``step()`` inside does not synchronize again."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure: Any = None) -> Any:
+        """Apply the local gradient, then average the model with this step's group.
+
+        Every ``sync_every``-th step averages over all ranks instead of a group.
+        """
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn(STEP_WARNING, stacklevel=2)
+            self.synchronize()
+        self._synchronized = False
+        self._passes.clear()
+        loss = super().step(closure)
+        if _inside_horovod_broadcast():
+            return loss
+        self._prague_steps += 1
+        tensors = self.prague_tensors()
+        sync_every = self._sync_every
+        if sync_every is None:
+            sync_every = binding.config().sync_every
+        if sync_every and self._prague_steps % sync_every == 0:
+            binding.average_model(tensors)
+        else:
+            binding.partial_allreduce(tensors, binding.next_group())
+            binding.exchanged()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients and the count of accumulated backward passes."""
+        self._passes.clear()
+        super().zero_grad(set_to_none)
+
+
+def DistributedOptimizer(  # noqa: N802  (Horovod's name)
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
+    compression: Any = _hvd.Compression.none,
+    backward_passes_per_step: int = 1,
+    op: Any = _hvd.Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups: Any = None,
+    sparse_as_dense: bool = False,
+    process_set: Any = _hvd.global_process_set,
+    *,
+    model: torch.nn.Module | None = None,
+    sync_every: int | None = None,
+) -> torch.optim.Optimizer:
+    """Wrap ``optimizer``: local step, then group averaging of the model (Prague).
+
+    Horovod's arguments keep their meaning where Prague has one: ``named_parameters`` is
+    checked as Horovod checks it; ``backward_passes_per_step`` gradients accumulate locally
+    before each ``step()``. Prague's own:
+
+    model: the module whose buffers (BatchNorm statistics) are averaged with the parameters.
+        Default: found from the forward passes before the first step (``buffers.ModelFinder``).
+    sync_every: average over all ranks every this many steps; default the job's
+        ``sync_every`` (``--prague-sync-every``), 0 never.
+
+    Returns an object of a subclass of ``optimizer``'s class sharing its state, as Horovod does.
+    Call ``hvd.init`` (``horovod_prague.torch.init``) first.
+    """
+    _check_horovod_arguments(
+        optimizer,
+        named_parameters,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+    )
+    named = list(named_parameters) if named_parameters is not None else None
+    if named is not None:
+        _check_named_parameters(optimizer, named)
+    if process_set.process_set_id != _hvd.global_process_set.process_set_id:
+        raise ValueError(
+            "process_set: Prague forms its groups over all ranks, so DistributedOptimizer "
+            "needs the global process set"
+        )
+    if sync_every is not None and sync_every < 0:
+        raise ValueError(f"sync_every: must be >= 0 (0 = never), got {sync_every}")
+    _warn_ignored(compression, op)
+    binding.runtime()  # a clear error before Prague is initialized
+    cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._prague_setup(named, backward_passes_per_step, model, sync_every)
+    return wrapped
+
+
+def _check_horovod_arguments(
+    optimizer: Any,
+    named_parameters: Any,
+    backward_passes_per_step: int,
+    op: Any,
+    gradient_predivide_factor: float,
+    num_groups: int,
+    groups: Any,
+) -> None:
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer)}")
+    if gradient_predivide_factor != 1.0 and op != _hvd.Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn(
+            "Parameter `num_groups` has been replaced by `groups`",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        groups = num_groups if groups is None else groups
+    if groups is not None:
+        if isinstance(groups, list):
+            seen: set[int] = set()
+            for group in groups:
+                for p in group:
+                    if not isinstance(p, torch.Tensor):
+                        raise ValueError("groups must consist of torch.Tensor.")
+                    if id(p) in seen:
+                        raise ValueError("A parameter can only appear once in groups.")
+                    seen.add(id(p))
+        elif not (isinstance(groups, int) and groups > 0):
+            raise ValueError(
+                "groups should be a non-negative integer or a list of list of torch.Tensor."
+            )
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+
+
+def _check_named_parameters(
+    optimizer: torch.optim.Optimizer, named: list[tuple[str, torch.Tensor]]
+) -> None:
+    if any(not isinstance(item, tuple) for item in named):
+        raise ValueError(
+            "named_parameters should be a sequence of tuples (name, parameter), usually "
+            "produced by model.named_parameters()."
+        )
+    names = [name for name, _ in named]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(
+            "Parameter names in named_parameters must be unique. "
+            f"Found duplicates: {', '.join(duplicates)}"
+        )
+    named_ids = {id(p) for _, p in named}
+    unnamed = [
+        id(p) for group in optimizer.param_groups for p in group["params"] if id(p) not in named_ids
+    ]
+    if unnamed:
+        raise ValueError(
+            "named_parameters was specified, but one or more model parameters were not "
+            f"named. Python object ids: {', '.join(map(str, unnamed))}"
+        )
+
+
+def _warn_ignored(compression: Any, op: Any) -> None:
+    if compression is not _hvd.Compression.none:
+        warnings.warn(
+            "DistributedOptimizer: compression is ignored under Prague, which keeps gradients "
+            "local and averages the parameters at full precision",
+            stacklevel=3,
+        )
+    if op != _hvd.Average:
+        warnings.warn(
+            f"DistributedOptimizer: op={op!r} is ignored under Prague, which keeps gradients "
+            "local and averages the parameters within groups",
+            stacklevel=3,
+        )
+
+
+def _inside_horovod_broadcast() -> bool:
+    """Whether Horovod's ``broadcast_optimizer_state`` is calling ``step()``.
+
+    For any optimizer class but its own, it calls ``step()`` once with zero gradients to create
+    the optimizer's state. Only the local step may run then: a group step there would put a
+    step no script asked for into the Group Generator's order.
+    """
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            return False
+        if (
+            frame.f_code.co_name == "broadcast_optimizer_state"
+            and frame.f_globals.get("__name__") == "horovod.torch.functions"
+        ):
+            return True
+        frame = frame.f_back
+    return False

@@ -1,0 +1,13 @@
+"""horovod_prague.torch.DistributedOptimizer against the behaviours Horovod's optimizer tests
+cover, on 2 real ranks (``workers/optimizer_checks.py`` holds the checks)."""
+
+import pytest
+from launch import run_ranks
+
+pytestmark = pytest.mark.multirank
+
+
+def test_optimizer_behaviours_on_two_ranks(tmp_path):
+    job = run_ranks("run_pytest.py", tmp_path, np=2, args=("optimizer_checks.py",), timeout=400)
+    assert job.returncode == 0, job.output[-8000:]
+    assert "[0]<stdout>:" in job.output and " passed" in job.output
