@@ -264,16 +264,23 @@ def fetch_sdist() -> Path:
 
 
 def ensure_project() -> None:
+    """Install this checkout (not editable: only a regular install writes the drop-in's .pth)."""
     stamp = VENV / ".prague-project"
-    wanted = digest([(ROOT / "pyproject.toml").read_bytes(), str(ROOT).encode()])
+    sources = sorted(
+        p
+        for pattern in ("horovod_prague/**/*.py", "*.pth", "pyproject.toml", "setup.py")
+        for p in ROOT.glob(pattern)
+    )
+    wanted = digest([p.read_bytes() for p in sources] + [str(ROOT).encode()])
     if stamp.exists() and stamp.read_text() == wanted:
-        step("horovod-prague installed (editable)")
+        step("horovod-prague installed, up to date with this checkout")
         return
-    step("installing horovod-prague (editable)")
+    step("installing horovod-prague from this checkout")
     pip(
-        ["install", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
+        ["install", "--no-deps", "--no-build-isolation", "--force-reinstall", str(ROOT)],
         CACHE / "logs" / "pip-project.log",
     )
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     stamp.write_text(wanted)
 
 

@@ -21,23 +21,24 @@ from typing import Any
 ENV_PREFIX = "HOROVOD_PRAGUE_"
 STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
 
+HELP = {
+    "strategy": "how the Group Generator forms groups: " + ", ".join(STRATEGIES),
+    "group_size": "ranks per group, from 2 to the number of ranks",
+    "threshold": "smart strategy: a rank lagging the requester by this many steps or more is "
+    "kept out of its group (0 turns the rule off)",
+    "sync_every": "a global average of the model every this many optimizer steps (0 = never)",
+    "seed": "seeds the pool of divisions and the Group Generator's random choices",
+    "pool_size": "divisions registered as Horovod process sets at init; each rank is in one "
+    "set per division",
+    "timeout": "seconds any wait on the Group Generator may take before it raises",
+    "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
+    "coordinator_port": "port the Group Generator listens on (0 = any free port)",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class PragueConfig:
-    """Every Prague option, with its default.
-
-    strategy: how the Group Generator forms groups (one of ``STRATEGIES``).
-    group_size: ranks per group, 2 <= group_size <= world size.
-    threshold: the smart strategy's straggler threshold (delta c); a worker lagging the requester
-        by this many requests or more is kept out of its group. 0 turns the rule off.
-    sync_every: a global average of the model every this many steps; 0 never.
-    seed: seeds the pool of divisions and the Group Generator's choices.
-    pool_size: how many divisions are registered as Horovod process sets at init; each rank
-        belongs to one process set per division, so this bounds the per-rank set count.
-    timeout: seconds any wait on the Group Generator may take before it raises.
-    coordinator_addr: address rank 0 advertises for its Group Generator ('' = choose).
-    coordinator_port: port it listens on (0 = any free port).
-    """
+    """Every Prague option, with its default; ``HELP`` says what each one does."""
 
     strategy: str = "smart"
     group_size: int = 2

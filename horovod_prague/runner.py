@@ -1,0 +1,163 @@
+"""The ``horovodrun --prague`` options: a plugin for Horovod's runner.
+
+``patches/0005-runner-plugins.patch`` gives ``horovodrun`` an entry-point group,
+``horovod.runner.plugins``; this package registers this module there. It adds one option per
+Prague option (``--prague STRATEGY`` and ``--prague-<option>``), rejects bad values before any
+worker starts, and turns the options into the ``HOROVOD_PRAGUE_*`` variables that reach every
+worker. In a worker, ``HOROVOD_PRAGUE_STRATEGY`` switches on the drop-in
+(``horovod_prague.common.import_hook``).
+
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> add_arguments(parser)
+    >>> args = parser.parse_args(["--prague", "static", "--prague-group-size", "4"])
+    >>> env = {}
+    >>> set_env(env, args)
+    >>> sorted(env.items())
+    [('HOROVOD_PRAGUE_GROUP_SIZE', '4'), ('HOROVOD_PRAGUE_STRATEGY', 'static')]
+
+Only this module and ``common.config`` are imported by ``horovodrun``; neither imports Horovod
+or a framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .common.config import ENV_PREFIX, HELP, STRATEGIES, PragueConfig
+from .common.strategies import make_strategy
+from .common.topology import Topology
+
+GROUP_TITLE = "Prague arguments (horovod-prague)"
+HOOK_FILE = "horovod_prague_dropin.pth"
+
+
+def flag(option: str) -> str:
+    """The ``horovodrun`` flag of a Prague option: ``--prague`` or ``--prague-<option>``."""
+    return "--prague" if option == "strategy" else "--prague-" + option.replace("_", "-")
+
+
+def _dest(option: str) -> str:
+    return "prague_" + option
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every Prague option to ``parser`` in its own group (shown by ``--help``)."""
+    group = parser.add_argument_group(
+        GROUP_TITLE,
+        "Average the model in small, changing groups instead of an all-reduce every step. "
+        "The script is unchanged: hvd.init, hvd.DistributedOptimizer and Horovod's global "
+        "collectives are replaced in every worker. Each option also reads from the "
+        "HOROVOD_PRAGUE_<OPTION> variable named in its help.",
+    )
+    group.add_argument(
+        flag("strategy"),
+        dest=_dest("strategy"),
+        choices=STRATEGIES,
+        default=None,
+        metavar="STRATEGY",
+        help=f"switch Prague on with this strategy: {', '.join(STRATEGIES)} ({ENV_PREFIX}STRATEGY)",
+    )
+    for field in dataclasses.fields(PragueConfig):
+        if field.name == "strategy":
+            continue
+        group.add_argument(
+            flag(field.name),
+            dest=_dest(field.name),
+            type={"str": str, "int": int, "float": float}[str(field.type)],
+            default=None,
+            metavar=field.name.upper(),
+            help=f"{HELP[field.name]} (default {field.default!r}; "
+            f"{ENV_PREFIX}{field.name.upper()})",
+        )
+
+
+def given(args: argparse.Namespace) -> dict[str, Any]:
+    """The Prague options set on the command line."""
+    values = {}
+    for field in dataclasses.fields(PragueConfig):
+        value = getattr(args, _dest(field.name), None)
+        if value is not None:
+            values[field.name] = value
+    return values
+
+
+def check_args(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Reject Prague options that cannot work, through ``parser.error`` (exit status 2)."""
+    env = os.environ if env is None else env
+    options = given(args)
+    switched_on = "strategy" in options or bool(env.get(ENV_PREFIX + "STRATEGY"))
+    if not switched_on:
+        if options:
+            names = ", ".join(flag(name) for name in options)
+            parser.error(f"{names} given without --prague STRATEGY (or HOROVOD_PRAGUE_STRATEGY)")
+        return
+    try:
+        config = PragueConfig.from_sources(options, env)
+    except ValueError as e:
+        parser.error(_name_flag(str(e)))
+    num_proc = getattr(args, "num_proc", None)
+    if num_proc is not None and config.group_size > num_proc:
+        parser.error(
+            f"{flag('group_size')}: a group of {config.group_size} ranks cannot form in a job "
+            f"of {num_proc} (-np)"
+        )
+    topology = _topology(args)
+    if topology is not None:
+        try:
+            make_strategy(config, topology)
+        except ValueError as e:
+            parser.error(_name_flag(str(e)))
+    if "strategy" in options and not hook_installed():
+        parser.error(
+            "--prague: horovod-prague's import hook is not installed in this environment, so "
+            f"the workers would run stock Horovod. {HOOK_FILE} is written by a regular install "
+            "(pip install horovod-prague, or pip install . in a checkout); an editable install "
+            "(pip install -e .) does not write it."
+        )
+
+
+def set_env(env: dict[str, str], args: argparse.Namespace) -> None:
+    """Put the Prague options given on the command line into the workers' environment."""
+    for name, value in given(args).items():
+        env[ENV_PREFIX + name.upper()] = str(value)
+
+
+def hook_installed() -> bool:
+    """Whether this environment's site-packages has the drop-in's ``.pth`` file."""
+    import site
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    return any(os.path.exists(os.path.join(d, HOOK_FILE)) for d in dirs)
+
+
+def _topology(args: argparse.Namespace) -> Topology | None:
+    """The job's shape, when the command line fixes it: one host, or hosts of equal slots."""
+    num_proc = getattr(args, "num_proc", None)
+    if not num_proc or getattr(args, "hostfile", None):
+        return None
+    hosts = getattr(args, "hosts", None)
+    if not hosts:
+        return Topology(num_proc, num_proc)
+    slots = [int(h.rpartition(":")[2]) if ":" in h else 1 for h in hosts.split(",")]
+    if len(set(slots)) != 1 or sum(slots) != num_proc:
+        return None
+    return Topology(num_proc, slots[0])
+
+
+def _name_flag(message: str) -> str:
+    """Config errors start with the option's name; say the flag instead."""
+    match = re.match(r"(\w+): ", message)
+    name = match.group(1) if match else ""
+    if name in HELP:
+        return f"{flag(name)} ({ENV_PREFIX}{name.upper()})" + message[len(name) :]
+    return message

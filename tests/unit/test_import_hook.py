@@ -1,0 +1,83 @@
+"""The drop-in's import hook, each case in a fresh interpreter."""
+
+import os
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[2]
+
+
+def _python(code, strategy=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_PRAGUE_")}
+    env["PYTHONPATH"] = str(REPO)
+    if strategy is not None:
+        env["HOROVOD_PRAGUE_STRATEGY"] = strategy
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()
+
+
+def test_without_the_variable_horovod_is_untouched_and_nothing_of_ours_loads():
+    out = _python(
+        "import sys, horovod.torch as h\n"
+        "print(h.init.__module__, h.DistributedOptimizer.__module__)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('horovod_prague')))\n"
+    )
+    assert out == ["horovod.torch.mpi_ops horovod.torch.optimizer", "[]"]
+
+
+def test_install_replaces_the_names_and_keeps_horovods_own_reachable():
+    out = _python(
+        "from horovod_prague.common import import_hook\n"
+        "import_hook.install()\n"
+        "import horovod.torch as h\n"
+        "from horovod_prague.common.import_hook import REPLACED, originals\n"
+        "names = REPLACED['horovod.torch'][1]\n"
+        "print(all(getattr(h, n).__prague_target__ == 'horovod_prague.torch' for n in names))\n"
+        "print(originals(h).init.__module__, originals(h).allreduce.__module__)\n"
+        "import horovod_prague.torch as p\n"
+        "print(all(not hasattr(getattr(p, n), '__prague_target__') for n in names))\n"
+    )
+    assert out == ["True", "horovod.torch.mpi_ops horovod.torch.mpi_ops", "True"]
+
+
+def test_a_replaced_name_calls_prague():
+    out = _python(
+        "from horovod_prague.common import import_hook\n"
+        "import_hook.install()\n"
+        "import horovod.torch as hvd, torch\n"
+        "opt = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)\n"
+        "try:\n"
+        "    hvd.DistributedOptimizer(opt)\n"
+        "except RuntimeError as e:\n"
+        "    print(e)\n"
+    )
+    assert out == ["horovod_prague is not initialized: call hvd.init() first"]
+
+
+def test_importing_our_package_first_works_too():
+    out = _python(
+        "from horovod_prague.common import import_hook\n"
+        "import_hook.install()\n"
+        "import horovod_prague.torch as p\n"
+        "import horovod.torch as h\n"
+        "print(h.init.__prague_target__, p.binding.hvd.init.__module__)\n"
+    )
+    assert out == ["horovod_prague.torch horovod.torch.mpi_ops"]
+
+
+@pytest.mark.skipif(
+    not any((Path(p) / "horovod_prague_dropin.pth").exists() for p in site.getsitepackages()),
+    reason="horovod-prague is not installed (scripts/bootstrap.py installs it)",
+)
+def test_the_installed_pth_switches_the_drop_in_on_with_the_variable():
+    code = "import horovod.torch as h; print(hasattr(h.init, '__prague_target__'))"
+    assert _python(code, strategy="smart") == ["True"]
+    assert _python(code) == ["False"]
+    assert _python(code, strategy="") == ["False"]

@@ -1,0 +1,142 @@
+"""The horovodrun plugin: its flags, its checks and the variables it hands the workers."""
+
+import argparse
+import dataclasses
+
+import pytest
+
+from horovod_prague import runner
+from horovod_prague.common.config import ENV_PREFIX, PragueConfig
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="horovodrun")
+    parser.add_argument("-np", dest="num_proc", type=int)
+    parser.add_argument("-H", dest="hosts")
+    runner.add_arguments(parser)
+    return parser
+
+
+def _check(argv, env=None):
+    parser = _parser()
+    args = parser.parse_args(argv)
+    runner.check_args(parser, args, env or {})
+    return args
+
+
+@pytest.fixture(autouse=True)
+def _hook_present(monkeypatch):
+    monkeypatch.setattr(runner, "hook_installed", lambda: True)
+
+
+def test_every_option_has_a_flag_in_the_help():
+    text = _parser().format_help()
+    assert runner.GROUP_TITLE in text
+    for field in dataclasses.fields(PragueConfig):
+        assert runner.flag(field.name) in text
+        assert ENV_PREFIX + field.name.upper() in text
+
+
+def test_flags_become_the_workers_variables():
+    args = _check(
+        [
+            "-np",
+            "8",
+            "--prague",
+            "static",
+            "--prague-group-size",
+            "4",
+            "--prague-sync-every",
+            "100",
+            "--prague-timeout",
+            "5",
+        ]
+    )
+    env = {"UNRELATED": "1"}
+    runner.set_env(env, args)
+    assert env == {
+        "UNRELATED": "1",
+        "HOROVOD_PRAGUE_STRATEGY": "static",
+        "HOROVOD_PRAGUE_GROUP_SIZE": "4",
+        "HOROVOD_PRAGUE_SYNC_EVERY": "100",
+        "HOROVOD_PRAGUE_TIMEOUT": "5.0",
+    }
+    # The variables give the workers the same config the flags describe.
+    config = PragueConfig.from_sources(env=env)
+    assert (config.strategy, config.group_size, config.sync_every) == ("static", 4, 100)
+
+
+def test_without_the_flag_nothing_changes():
+    args = _check(["-np", "4"])
+    env = {}
+    runner.set_env(env, args)
+    assert env == {}
+
+
+def test_the_variable_alone_switches_prague_on_and_flags_add_to_it():
+    args = _check(["-np", "4", "--prague-seed", "3"], env={"HOROVOD_PRAGUE_STRATEGY": "smart"})
+    env = {}
+    runner.set_env(env, args)
+    assert env == {"HOROVOD_PRAGUE_SEED": "3"}
+
+
+def _error(capsys, argv, env=None):
+    with pytest.raises(SystemExit) as exit_info:
+        _check(argv, env)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (
+            ["-np", "4", "--prague-group-size", "2"],
+            {},
+            "--prague-group-size given without --prague",
+        ),
+        (["-np", "4", "--prague", "fancy"], {}, "invalid choice: 'fancy'"),
+        (
+            ["-np", "4", "--prague", "smart", "--prague-group-size", "1"],
+            {},
+            "--prague-group-size (HOROVOD_PRAGUE_GROUP_SIZE): must be at least 2",
+        ),
+        (
+            ["-np", "4", "--prague", "smart", "--prague-group-size", "8"],
+            {},
+            "--prague-group-size: a group of 8 ranks cannot form in a job of 4",
+        ),
+        (
+            ["-np", "4", "--prague", "smart", "--prague-threshold", "x"],
+            {},
+            "argument --prague-threshold: invalid int value: 'x'",
+        ),
+        (
+            ["-np", "4", "--prague", "smart"],
+            {"HOROVOD_PRAGUE_SEED": "one"},
+            "HOROVOD_PRAGUE_SEED: expected int, got 'one'",
+        ),
+        (
+            ["-np", "4", "--prague", "smart", "--prague-pool-size", "1"],
+            {},
+            "--prague-pool-size (HOROVOD_PRAGUE_POOL_SIZE): one division of 4 ranks",
+        ),
+        (
+            ["-np", "6", "-H", "a:3,b:3", "--prague", "adpsgd", "--prague-group-size", "3"],
+            {},
+            "--prague-group-size (HOROVOD_PRAGUE_GROUP_SIZE): adpsgd averages in pairs",
+        ),
+        (
+            ["-np", "4", "--prague", "smart", "--prague-sync-every", "-1"],
+            {},
+            "--prague-sync-every (HOROVOD_PRAGUE_SYNC_EVERY): must be >= 0",
+        ),
+    ],
+)
+def test_bad_values_stop_horovodrun_with_the_flag_named(capsys, argv, env, message):
+    assert message in _error(capsys, argv, env)
+
+
+def test_a_missing_import_hook_is_an_error_not_a_silent_stock_run(capsys, monkeypatch):
+    monkeypatch.setattr(runner, "hook_installed", lambda: False)
+    assert "import hook is not installed" in _error(capsys, ["-np", "4", "--prague", "smart"])
