@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 WORKERS = Path(__file__).parent / "workers"
+REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 CONTROLLERS = ("gloo", "mpi")
 
@@ -51,6 +52,7 @@ def run_ranks(
     env: dict[str, str] | None = None,
     timeout: float = 240,
     launcher: list[str] | None = None,
+    launcher_flags: tuple[str, ...] = (),
 ) -> Job:
     out_dir = tmp_path / "reports"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -58,13 +60,15 @@ def run_ranks(
         **os.environ,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "PRAGUE_TEST_OUT": str(out_dir),
-        "PYTHONPATH": os.pathsep.join([str(WORKERS), os.environ.get("PYTHONPATH", "")]),
+        # The checkout's package, even when the installed copy is older.
+        "PYTHONPATH": os.pathsep.join([str(WORKERS), str(REPO), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "3",
         **(env or {}),
     }
     command = [
         *(launcher or launch_command(np, controller)),
+        *launcher_flags,
         sys.executable,
         str(WORKERS / script),
         *args,

@@ -1,0 +1,67 @@
+"""The unmodified example under ``horovodrun -np 4``, as stock Horovod and with ``--prague``."""
+
+import re
+
+import pytest
+from launch import REPO, run_ranks
+
+pytestmark = pytest.mark.multirank
+
+EXAMPLE = str(REPO / "examples" / "pytorch_digits.py")
+STATED_ACCURACY = 0.93
+STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
+
+
+def _final_accuracy(output):
+    # Rank 0's line: "[0]<stdout>:" under Gloo, "[1,0]<stdout>:" under Open MPI.
+    found = re.findall(r"\[(?:1,)?0\]<stdout>:final test accuracy ([0-9]+\.[0-9]+)", output)
+    assert found, f"rank 0 printed no final accuracy:\n{output[-3000:]}"
+    return float(found[-1])
+
+
+def _steps(job):
+    hashes = [rep["hashes"] for rep in job.reports]
+    assert len(hashes) == 4, f"{len(hashes)} ranks reported:\n{job.output[-3000:]}"
+    assert len({len(h) for h in hashes}) == 1, "ranks took different numbers of steps"
+    assert len(hashes[0]) > 100
+    return list(zip(*hashes, strict=True))
+
+
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+def test_without_the_flag_the_example_is_stock_horovod(tmp_path, controller):
+    job = run_ranks("unmodified.py", tmp_path, controller=controller, args=(EXAMPLE,)).check()
+    assert not any(rep["drop_in"] for rep in job.reports)
+    for step, per_rank in enumerate(_steps(job)):
+        assert len(set(per_rank)) == 1, f"ranks differ before step {step}"
+    assert _final_accuracy(job.output) >= STATED_ACCURACY
+
+
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_with_the_flag_the_example_averages_in_groups(tmp_path, controller, strategy):
+    flags = ("--prague", strategy)
+    job = run_ranks(
+        "unmodified.py", tmp_path, controller=controller, args=(EXAMPLE,), launcher_flags=flags
+    ).check()
+    assert all(rep["drop_in"] for rep in job.reports)
+    steps = _steps(job)
+    # The broadcasts before training leave every rank with rank 0's model.
+    assert len(set(steps[0])) == 1
+    differing = sum(len(set(per_rank)) > 1 for per_rank in steps)
+    if strategy == "allreduce":
+        assert differing == 0, "the allreduce strategy must keep every rank identical"
+    else:
+        assert differing > len(steps) // 2, f"ranks differed at only {differing} steps"
+    assert _final_accuracy(job.output) >= STATED_ACCURACY
+
+
+def test_sync_every_averages_globally_on_schedule(tmp_path):
+    flags = ("--prague", "static", "--prague-group-size", "2", "--prague-sync-every", "5")
+    job = run_ranks("unmodified.py", tmp_path, args=(EXAMPLE,), launcher_flags=flags).check()
+    steps = _steps(job)
+    # Entry k is recorded before step k+1 (entry 0: the broadcast's step, then steps 1, 2...).
+    # After step 5j the global average leaves all ranks alike.
+    for k in range(5, len(steps) - 1, 5):
+        assert len(set(steps[k + 1])) == 1, f"ranks differ right after sync step {k}"
+    assert sum(len(set(per_rank)) > 1 for per_rank in steps) > len(steps) // 2
+    assert _final_accuracy(job.output) >= STATED_ACCURACY
