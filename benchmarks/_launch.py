@@ -19,6 +19,7 @@ def horovodrun(
     env: dict[str, str] | None = None,
     controller: str = "gloo",
     timeout: float = 600,
+    flags: tuple[str, ...] = (),
 ) -> dict:
     command = [str(BIN / "horovodrun"), "-np", str(np), "-H", f"localhost:{np}"]
     command += (
@@ -26,7 +27,7 @@ def horovodrun(
         if controller == "gloo"
         else ["--mpi", "--mpi-args=--oversubscribe --allow-run-as-root"]
     )
-    command += [sys.executable, str(WORKERS / worker), *(args or [])]
+    command += [*flags, sys.executable, str(WORKERS / worker), *(args or [])]
     full_env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
