@@ -1,9 +1,14 @@
 """The unmodified example under ``horovodrun -np 4``, as stock Horovod and with ``--prague``."""
 
+import dataclasses
 import re
+import subprocess
 
 import pytest
-from launch import REPO, run_ranks
+from launch import BIN, REPO, run_ranks
+
+from horovod_prague.common.config import PragueConfig
+from horovod_prague.runner import flag
 
 pytestmark = pytest.mark.multirank
 
@@ -56,8 +61,13 @@ def test_with_the_flag_the_example_averages_in_groups(tmp_path, controller, stra
 
 
 def test_sync_every_averages_globally_on_schedule(tmp_path):
-    flags = ("--prague", "static", "--prague-group-size", "2", "--prague-sync-every", "5")
-    job = run_ranks("unmodified.py", tmp_path, args=(EXAMPLE,), launcher_flags=flags).check()
+    # The strategy from the variable, the other options from flags.
+    flags = ("--prague-group-size", "2", "--prague-sync-every", "5")
+    env = {"HOROVOD_PRAGUE_STRATEGY": "static"}
+    job = run_ranks(
+        "unmodified.py", tmp_path, args=(EXAMPLE,), launcher_flags=flags, env=env
+    ).check()
+    assert all(rep["drop_in"] for rep in job.reports)
     steps = _steps(job)
     # Entry k is recorded before step k+1 (entry 0: the broadcast's step, then steps 1, 2...).
     # After step 5j the global average leaves all ranks alike.
@@ -65,3 +75,24 @@ def test_sync_every_averages_globally_on_schedule(tmp_path):
         assert len(set(steps[k + 1])) == 1, f"ranks differ right after sync step {k}"
     assert sum(len(set(per_rank)) > 1 for per_rank in steps) > len(steps) // 2
     assert _final_accuracy(job.output) >= STATED_ACCURACY
+
+
+def _horovodrun(*args):
+    return subprocess.run(
+        [str(BIN / "horovodrun"), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_horovodrun_help_shows_every_prague_flag():
+    result = _horovodrun("--help")
+    assert result.returncode == 0, result.stderr
+    for field in dataclasses.fields(PragueConfig):
+        assert flag(field.name) in result.stdout
+
+
+def test_horovodrun_rejects_an_impossible_group_before_starting_workers():
+    result = _horovodrun(
+        "-np", "4", "--prague", "smart", "--prague-group-size", "8", "python", "-c", "pass"
+    )
+    assert result.returncode == 2
+    assert "--prague-group-size: a group of 8 ranks cannot form in a job of 4" in result.stderr
