@@ -10,6 +10,7 @@ call the count, total and slowest seconds, and the wall time since start.
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import runpy
@@ -17,7 +18,9 @@ import sys
 import time
 
 import horovod_prague.common.binding as binding
-import horovod_prague.torch.binding as torch_binding
+
+# The module, not the package attribute of the same name (the binding object).
+torch_binding = importlib.import_module("horovod_prague.torch.binding")
 
 START = time.perf_counter()
 calls: dict[str, list[float]] = {}
