@@ -10,7 +10,6 @@ call the count, total and slowest seconds, and the wall time since start.
 from __future__ import annotations
 
 import atexit
-import importlib
 import json
 import os
 import runpy
@@ -18,9 +17,7 @@ import sys
 import time
 
 import horovod_prague.common.binding as binding
-
-# The module, not the package attribute of the same name (the binding object).
-torch_binding = importlib.import_module("horovod_prague.torch.binding")
+import horovod_prague.torch.binding as torch_binding
 
 START = time.perf_counter()
 calls: dict[str, list[float]] = {}

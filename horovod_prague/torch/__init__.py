@@ -24,15 +24,16 @@ from __future__ import annotations
 from horovod.torch import *  # noqa: F403  (the whole Horovod API, re-exported)
 
 from ..common.import_hook import TORCH_GLOBAL_COLLECTIVES
-from .binding import _hvd, binding
+from .binding import _hvd
+from .binding import binding as _binding
 from .optimizer import DistributedOptimizer as DistributedOptimizer
 
-init = binding.init
-runtime = binding.runtime
-config = binding.config
-next_group = binding.next_group
-partial_allreduce = binding.partial_allreduce
-average_model = binding.average_model
-finish = binding.finish
-shutdown = binding.shutdown
-globals().update({name: binding.guard(getattr(_hvd, name)) for name in TORCH_GLOBAL_COLLECTIVES})
+init = _binding.init
+runtime = _binding.runtime
+config = _binding.config
+next_group = _binding.next_group
+partial_allreduce = _binding.partial_allreduce
+average_model = _binding.average_model
+finish = _binding.finish
+shutdown = _binding.shutdown
+globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TORCH_GLOBAL_COLLECTIVES})

@@ -67,7 +67,7 @@ def test_importing_our_package_first_works_too():
         "import_hook.install()\n"
         "import horovod_prague.torch as p\n"
         "import horovod.torch as h\n"
-        "print(h.init.__prague_target__, p.binding.hvd.init.__module__)\n"
+        "print(h.init.__prague_target__, p._binding.hvd.init.__module__)\n"
     )
     assert out == ["horovod_prague.torch horovod.torch.mpi_ops"]
 
