@@ -12,7 +12,7 @@ import functools
 import inspect
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -144,14 +144,7 @@ class Binding(abc.ABC):
 
     def tracked(self) -> list[Any]:
         """The tensors of every tracked model, each once, in registration order."""
-        seen: set[int] = set()
-        values = []
-        for tensors in self._tracked:
-            for t in tensors():
-                if id(t) not in seen:
-                    seen.add(id(t))
-                    values.append(t)
-        return values
+        return distinct(t for tensors in self._tracked for t in tensors())
 
     def exchanged(self) -> None:
         """Note that a tracked model took a Prague step (called by the optimizers)."""
@@ -213,3 +206,21 @@ class Binding(abc.ABC):
             previous(*info)
 
         sys.excepthook = excepthook
+
+
+def distinct(values: Iterable[Any]) -> list[Any]:
+    """``values`` without repeats of the same object, in first-seen order.
+
+    By identity, since tensors compare element-wise.
+
+        >>> a, b = [1], [1]
+        >>> distinct([a, b, a]) == [a, b] and distinct([a, b, a])[1] is b
+        True
+    """
+    seen: set[int] = set()
+    found = []
+    for v in values:
+        if id(v) not in seen:
+            seen.add(id(v))
+            found.append(v)
+    return found

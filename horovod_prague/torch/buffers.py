@@ -50,15 +50,3 @@ class ModelFinder:
             ]
             self._seen.clear()
         return self._models
-
-
-def buffers_of(models: Iterable[torch.nn.Module]) -> list[torch.Tensor]:
-    """Every buffer of ``models``, each once, in module order."""
-    seen: set[int] = set()
-    found = []
-    for model in models:
-        for b in model.buffers():
-            if id(b) not in seen:
-                seen.add(id(b))
-                found.append(b)
-    return found

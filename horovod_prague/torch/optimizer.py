@@ -31,8 +31,9 @@ from typing import Any
 
 import torch
 
+from ..common.binding import distinct
 from .binding import _hvd, binding
-from .buffers import ModelFinder, buffers_of
+from .buffers import ModelFinder
 
 STEP_WARNING = (
     "optimizer.step() called without optimizer.skip_synchronize() context after "
@@ -50,12 +51,10 @@ class _PragueOptimizer(torch.optim.Optimizer):
 
     def _prague_setup(
         self,
-        named_parameters: list[tuple[str, torch.Tensor]] | None,
         backward_passes_per_step: int,
         model: torch.nn.Module | None,
         sync_every: int | None,
     ) -> None:
-        self._parameter_names = {id(v): k for k, v in named_parameters or []}
         self.backward_passes_per_step = backward_passes_per_step
         self._sync_every = sync_every
         self._prague_steps = 0
@@ -64,11 +63,9 @@ class _PragueOptimizer(torch.optim.Optimizer):
         self._passes: dict[int, int] = {}
         self._models = [model] if model is not None else None
         self._finder = None if model is not None else ModelFinder(self._params())
-        self._hooks = [
-            p.register_post_accumulate_grad_hook(self._count_pass)
-            for p in self._params()
-            if p.requires_grad
-        ]
+        for p in self._params():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(self._count_pass)
         binding.track(self.prague_tensors)
 
     def _params(self) -> list[torch.Tensor]:
@@ -86,9 +83,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
             assert self._finder is not None
             self._models = self._finder.models()
             self._finder = None
-        params = self._params()
-        ids = {id(p) for p in params}
-        return params + [b for b in buffers_of(self._models) if id(b) not in ids]
+        return distinct([*self._params(), *(b for m in self._models for b in m.buffers())])
 
     def set_backward_passes_per_step(self, passes: int) -> None:
         """Change how many backward passes may accumulate before ``step()``."""
@@ -185,9 +180,8 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
         num_groups,
         groups,
     )
-    named = list(named_parameters) if named_parameters is not None else None
-    if named is not None:
-        _check_named_parameters(optimizer, named)
+    if named_parameters is not None:
+        _check_named_parameters(optimizer, list(named_parameters))
     if process_set.process_set_id != _hvd.global_process_set.process_set_id:
         raise ValueError(
             "process_set: Prague forms its groups over all ranks, so DistributedOptimizer "
@@ -200,7 +194,7 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
     cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._prague_setup(named, backward_passes_per_step, model, sync_every)
+    wrapped._prague_setup(backward_passes_per_step, model, sync_every)
     return wrapped
 
 
