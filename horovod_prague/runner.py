@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ from .common.strategies import make_strategy
 from .common.topology import Topology
 
 GROUP_TITLE = "Prague arguments (horovod-prague)"
+DEFAULT_STRATEGY = PragueConfig.strategy
 HOOK_FILE = "horovod_prague_dropin.pth"
 
 
@@ -58,10 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         flag("strategy"),
         dest=_dest("strategy"),
-        choices=STRATEGIES,
+        nargs="?",
+        const=DEFAULT_STRATEGY,
         default=None,
         metavar="STRATEGY",
-        help=f"switch Prague on with this strategy: {', '.join(STRATEGIES)} ({ENV_PREFIX}STRATEGY)",
+        help=f"switch Prague on, with this strategy: {', '.join(STRATEGIES)} (default "
+        f"{DEFAULT_STRATEGY}; {ENV_PREFIX}STRATEGY)",
     )
     for field in dataclasses.fields(PragueConfig):
         if field.name == "strategy":
@@ -94,6 +98,7 @@ def check_args(
 ) -> None:
     """Reject Prague options that cannot work, through ``parser.error`` (exit status 2)."""
     env = os.environ if env is None else env
+    _split_bare_flag(parser, args)
     options = given(args)
     switched_on = "strategy" in options or bool(env.get(ENV_PREFIX + "STRATEGY"))
     if not switched_on:
@@ -124,6 +129,24 @@ def check_args(
             "(pip install horovod-prague, or pip install . in a checkout); an editable install "
             "(pip install -e .) does not write it."
         )
+
+
+def _split_bare_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--prague python train.py``: the word after a bare ``--prague`` starts the command.
+
+    argparse gives it to ``--prague`` as its value; a value that names no strategy but names a
+    program or a file goes back to the front of the command.
+    """
+    value = getattr(args, _dest("strategy"), None)
+    if value is None or value in STRATEGIES:
+        return
+    command = getattr(args, "command", None)
+    if isinstance(command, list) and (shutil.which(value) or os.path.exists(value)):
+        command.insert(0, value)
+        setattr(args, _dest("strategy"), DEFAULT_STRATEGY)
+        return
+    choices = ", ".join(repr(s) for s in STRATEGIES)
+    parser.error(f"argument --prague: invalid choice: {value!r} (choose from {choices})")
 
 
 def set_env(env: dict[str, str], args: argparse.Namespace) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import atexit
+import collections
 import functools
 import inspect
 import sys
@@ -17,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from .config import PragueConfig
+from .overlap import OverlappedAverager, PendingAverage
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
 
@@ -24,9 +26,14 @@ from .strategies import Group
 class Binding(abc.ABC):
     """Prague's API over one framework's Horovod module."""
 
+    can_overlap = False
+    """Whether ``start_average`` runs a group average in the background (else: blocking)."""
+
     def __init__(self, hvd: ModuleType) -> None:
         self.hvd = hvd
         self._runtime: PragueRuntime | None = None
+        self._averager: OverlappedAverager | None = None
+        self._occurrences: collections.Counter[Group] = collections.Counter()
         self._tracked: list[Callable[[], list[Any]]] = []
         self._exchanges_since_consensus = 0
         self._crashed = False
@@ -38,6 +45,15 @@ class Binding(abc.ABC):
     @abc.abstractmethod
     def average(self, tensors: Sequence[Any], name: str, process_set: Any, size: int) -> None:
         """Average ``tensors`` in place over ``process_set`` in one fused Horovod collective."""
+
+    def start_average(
+        self, tensors: Sequence[Any], name: str, process_set: Any, size: int
+    ) -> PendingAverage:
+        """Start averaging a snapshot of ``tensors`` over ``process_set``; do not wait.
+
+        Frameworks with ``can_overlap`` implement it; see ``horovod_prague.common.overlap``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot overlap group averages")
 
     def init(self, comm: Any = None, process_sets: Any = None, **prague_options: Any) -> None:
         """Initialize Horovod and Prague.
@@ -52,6 +68,10 @@ class Binding(abc.ABC):
         if comm is not None:
             horovod_kwargs["comm"] = comm
         self._runtime = initialize(self.hvd, config, horovod_kwargs)
+        if config.staleness > 0 and self.can_overlap:
+            self._averager = OverlappedAverager(
+                config.staleness, config.mix_weight(), config.timeout
+            )
         self._watch_for_crash()
         atexit.register(self.leave)
 
@@ -73,16 +93,66 @@ class Binding(abc.ABC):
         return self.runtime().next_group()
 
     def partial_allreduce(self, tensors: Any, group: Group) -> None:
-        """Average ``tensors`` in place with the other ranks of ``group`` (P-Reduce).
+        """Average ``tensors`` in place with the other ranks of ``group`` (P-Reduce); blocks.
 
         Every member calls this for the group, with tensors of the same shapes, in the same
-        order. They travel in one fused Horovod collective on the group's process set.
+        order. They travel in one fused Horovod collective per dtype on the group's process set.
         """
         values = self.tensors(tensors)
         if len(group) < 2 or not values:
             return
         rt = self.runtime()
-        self.average(values, rt.name(group), rt.process_set(group), len(group))
+        self.average(values, self._occurrence(group), rt.process_set(group), len(group))
+
+    def exchange(self, tensors: Any, group: Group) -> None:
+        """This step's group average: overlapped when the job's ``staleness`` allows, else blocking.
+
+        Overlapped, the group's average runs on a snapshot while the rank goes on training;
+        ``horovod_prague.common.overlap`` says how and when it is applied. Either way the
+        collectives are the same, so members may run one group by either path.
+        """
+        if self._averager is None:
+            self.partial_allreduce(tensors, group)
+            return
+        self._averager.collect()
+        values = self.tensors(tensors)
+        if len(group) < 2 or not values:
+            return
+        rt = self.runtime()
+        pending = self.start_average(
+            values, self._occurrence(group), rt.process_set(group), len(group)
+        )
+        self._averager.submit(pending, group)
+
+    def _occurrence(self, group: Group) -> str:
+        """The collective name of ``group``'s next occurrence on this rank.
+
+        Members run their shared groups in one order, so the k-th occurrence is the same
+        collective on each; numbering them keeps two occurrences in flight apart.
+        """
+        self._occurrences[group] += 1
+        return f"{self.runtime().name(group)}.n{self._occurrences[group]}"
+
+    def _run_owed(self, values: list[Any], groups: list[Group]) -> None:
+        """Run groups the Group Generator says this rank owes, in order; the world group blocks.
+
+        Owed groups go the way ``exchange`` sends them, so a member that took the same group
+        with ``next_group`` runs the same collective; everything in flight completes before
+        the world group and before returning.
+        """
+        world = self.runtime().topology.size
+        for group in groups:
+            if len(group) == world:
+                self.drain()
+                self.partial_allreduce(values, group)
+            else:
+                self.exchange(values, group)
+        self.drain()
+
+    def drain(self) -> None:
+        """Wait for this rank's group averages in flight and apply them."""
+        if self._averager is not None:
+            self._averager.drain()
 
     def average_model(self, model_or_tensors: Any) -> bool:
         """Average over all ranks; afterwards every rank holds the same values (consensus).
@@ -94,6 +164,7 @@ class Binding(abc.ABC):
         """
         rt = self.runtime()
         values = self.tensors(model_or_tensors)
+        self.drain()
         if rt.finished:
             rt.finals += 1
             self.average(
@@ -108,8 +179,7 @@ class Binding(abc.ABC):
                 stacklevel=2,
             )
             return False
-        for group in groups:
-            self.partial_allreduce(values, group)
+        self._run_owed(values, groups)
         self._exchanges_since_consensus = 0
         return True
 
@@ -122,14 +192,15 @@ class Binding(abc.ABC):
         of steps.
         """
         values = self.tensors(model_or_tensors)
-        for group in self.runtime().finish():
-            self.partial_allreduce(values, group)
+        self.drain()
+        self._run_owed(values, self.runtime().finish())
         if average:
             self.average_model(values)
 
     def shutdown(self) -> None:
         """Leave (see ``leave``), close the Group Generator connection, shut Horovod down."""
         self.leave()
+        self.drain()
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,12 +10,15 @@ import torch
 
 from ..common.binding import Binding
 from ..common.import_hook import originals
+from ..common.overlap import PendingAverage, wait_until
 
 _hvd = originals(horovod.torch)
 
 
 class TorchBinding(Binding):
     """Averages tensors, grouped by dtype, with one fused Horovod collective per dtype."""
+
+    can_overlap = True
 
     def tensors(self, source: Any) -> list[torch.Tensor]:
         if isinstance(source, torch.nn.Module):
@@ -39,29 +41,91 @@ class TorchBinding(Binding):
                 wait(
                     _hvd.grouped_allreduce_async_(
                         data, op=_hvd.Average, name=tag, process_set=process_set
-                    )
+                    ),
+                    self.config().timeout,
+                    tag,
                 )
                 continue
             # Integer buffers (BatchNorm's num_batches_tracked): sum, then floor-divide.
             summed = wait(
-                _hvd.grouped_allreduce_async(data, op=_hvd.Sum, name=tag, process_set=process_set)
+                _hvd.grouped_allreduce_async(data, op=_hvd.Sum, name=tag, process_set=process_set),
+                self.config().timeout,
+                tag,
             )
             for t, s in zip(data, summed, strict=True):
                 t.copy_(torch.div(s, size, rounding_mode="floor"))
 
+    @torch.no_grad()
+    def start_average(
+        self, tensors: Sequence[torch.Tensor], name: str, process_set: Any, size: int
+    ) -> PendingAverage:
+        return TorchPendingAverage(tensors, name, process_set, size)
 
-def wait(handle: int) -> Any:
-    """``hvd.synchronize(handle)``, without its busy wait.
+
+class TorchPendingAverage(PendingAverage):
+    """A snapshot of the tensors, averaged by Horovod in the background.
+
+    The same collectives as ``TorchBinding.average``: one per dtype, floating-point tensors
+    averaged, integer ones summed. Two copies of each floating-point tensor: the snapshot, to
+    measure what the average changed, and the buffer Horovod averages in place. Integer
+    tensors (counters) simply take the group's floor mean.
+    """
+
+    def __init__(
+        self, tensors: Sequence[torch.Tensor], name: str, process_set: Any, size: int
+    ) -> None:
+        self.size = size
+        self.targets = list(tensors)
+        self.snapshots = [t.detach().clone() for t in self.targets]
+        by_dtype: dict[torch.dtype, list[int]] = {}
+        for i, t in enumerate(self.snapshots):
+            by_dtype.setdefault(t.dtype, []).append(i)
+        self.parts: list[tuple[list[int], bool, int]] = []
+        for dtype, indices in by_dtype.items():
+            tag = f"{name}.{str(dtype).removeprefix('torch.')}"
+            floating = dtype.is_floating_point or dtype.is_complex
+            data = [self.snapshots[i] for i in indices]
+            if floating:
+                handle = _hvd.grouped_allreduce_async(
+                    data, op=_hvd.Average, name=tag, process_set=process_set
+                )
+            else:
+                handle = _hvd.grouped_allreduce_async(
+                    data, op=_hvd.Sum, name=tag, process_set=process_set
+                )
+            self.parts.append((indices, floating, handle))
+
+    def ready(self) -> bool:
+        return all(_hvd.poll(handle) for _, _, handle in self.parts)
+
+    @torch.no_grad()
+    def apply(self, mix: float) -> None:
+        for indices, floating, handle in self.parts:
+            results = _hvd.synchronize(handle)
+            for i, result in zip(indices, results, strict=True):
+                target = self.targets[i].data
+                if floating:
+                    target.add_(result.sub_(self.snapshots[i]), alpha=mix)
+                else:
+                    target.copy_(torch.div(result, self.size, rounding_mode="floor"))
+
+
+def wait(handle: int, timeout: float, name: str) -> Any:
+    """``hvd.synchronize(handle)`` without its busy wait, and with a deadline.
 
     Horovod's ``synchronize`` spins (poll, yield, poll) until the operation completes. A rank
     waiting in a group for a slower member would burn a core doing so, taking it from the
     ranks that do work, and would keep Python's GIL so busy that rank 0's Group Generator
-    thread answers late. Sleeping between polls, from 20 us up to 1 ms, frees both.
+    thread answers late. ``wait_until`` sleeps between polls instead.
     """
-    delay = 20e-6
-    while not _hvd.poll(handle):
-        time.sleep(delay)
-        delay = min(delay * 2, 1e-3)
+    wait_until(
+        lambda: _hvd.poll(handle),
+        timeout,
+        lambda: (
+            f"Horovod collective {name!r} did not complete within {timeout:g} s: a member "
+            "of its group never reached it"
+        ),
+    )
     return _hvd.synchronize(handle)
 
 

@@ -11,3 +11,9 @@ def test_optimizer_behaviours_on_two_ranks(tmp_path):
     job = run_ranks("run_pytest.py", tmp_path, np=2, args=("optimizer_checks.py",), timeout=400)
     assert job.returncode == 0, job.output[-8000:]
     assert "[0]<stdout>:" in job.output and " passed" in job.output
+
+
+def test_overlapped_averaging_on_four_ranks(tmp_path):
+    job = run_ranks("run_pytest.py", tmp_path, np=4, args=("overlap_checks.py",), timeout=300)
+    assert job.returncode == 0, job.output[-8000:]
+    assert "[0]<stdout>:" in job.output and " passed" in job.output

@@ -56,10 +56,16 @@ def _mean(nested_lists):
     return sum(nested_lists) / len(nested_lists)
 
 
-@pytest.mark.parametrize("strategy", ["smart", "static", "random", "adpsgd", "allreduce"])
+@pytest.mark.parametrize(
+    ("strategy", "staleness"),
+    [("smart", 0), ("static", 0), ("random", 0), ("adpsgd", 0), ("allreduce", 0), ("smart", 2)],
+)
 @pytest.mark.parametrize("ending", ["even", "uneven"])
-def test_500_steps_with_random_delays_end_cleanly(tmp_path, strategy, ending):
-    job = run_ranks("soak.py", tmp_path, args=(strategy, "500", ending), timeout=400)
+def test_500_steps_with_random_delays_end_cleanly(tmp_path, strategy, staleness, ending):
+    """Blocking for every strategy, and overlapped (staleness 2) for the default design."""
+    job = run_ranks(
+        "soak.py", tmp_path, args=(strategy, "500", ending, str(staleness)), timeout=400
+    )
     job.check()
     reps = job.reports
     assert [r["steps"] for r in reps] == ([500] * 4 if ending == "even" else [500, 463, 426, 389])

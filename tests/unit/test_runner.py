@@ -66,6 +66,30 @@ def test_flags_become_the_workers_variables():
     assert (config.strategy, config.group_size, config.sync_every) == ("static", 4, 100)
 
 
+def _with_command(parser):
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    return parser
+
+
+@pytest.mark.parametrize("program", ["python3", __file__])
+def test_a_bare_flag_switches_on_the_default_design(program):
+    parser = _with_command(_parser())
+    args = parser.parse_args(["-np", "4", "--prague", program, "train.py", "--lr", "1"])
+    runner.check_args(parser, args, {})
+    assert args.command == [program, "train.py", "--lr", "1"]
+    env = {}
+    runner.set_env(env, args)
+    assert env == {"HOROVOD_PRAGUE_STRATEGY": PragueConfig().strategy}
+    assert PragueConfig.from_sources(env=env).staleness == PragueConfig().staleness > 0
+
+
+def test_a_strategy_typo_is_not_taken_for_the_command():
+    parser = _with_command(_parser())
+    args = parser.parse_args(["-np", "4", "--prague", "smrt", "python3", "train.py"])
+    with pytest.raises(SystemExit):
+        runner.check_args(parser, args, {})
+
+
 def test_without_the_flag_nothing_changes():
     args = _check(["-np", "4"])
     env = {}

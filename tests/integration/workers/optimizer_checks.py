@@ -22,7 +22,7 @@ import horovod_prague.torch as hvd
 
 @pytest.fixture(scope="session", autouse=True)
 def prague():
-    hvd.init(strategy="smart", group_size=2, timeout=30)
+    hvd.init(strategy="smart", group_size=2, staleness=0, timeout=30)
     torch.manual_seed(1234)
     yield
     hvd.shutdown()

@@ -1,4 +1,8 @@
-"""Many steps with random per-rank delays and uneven step counts; logs every group run."""
+"""Many steps with random per-rank delays and uneven step counts; logs every group run.
+
+``soak.py STRATEGY STEPS even|uneven [STALENESS]``: with STALENESS > 0 each step's group
+average is overlapped (``hvd.exchange``), and so are the owed groups of syncs and finish.
+"""
 
 import hashlib
 import random
@@ -12,7 +16,8 @@ import horovod_prague.torch as hvd
 from horovod_prague.common.strategies import Group
 
 strategy, steps, uneven = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "uneven"
-hvd.init(strategy=strategy, group_size=2, seed=11)
+staleness = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+hvd.init(strategy=strategy, group_size=2, seed=11, staleness=staleness)
 r = hvd.rank()
 rng = random.Random(100 + r)
 my_steps = steps - (37 * r if uneven else 0)
@@ -22,22 +27,26 @@ for p in model.parameters():
     p.data.normal_()
 executed: list[Group] = []
 
-original = hvd.partial_allreduce
+
+def logging(original):
+    def logged(tensors, group):
+        executed.append(list(group))
+        original(tensors, group)
+
+    return logged
 
 
-def logged(tensors, group):
-    executed.append(list(group))
-    original(tensors, group)
-
-
-hvd._binding.partial_allreduce = logged  # see every group run, drains included
+# See every group run, owed ones included. Overlapped, exchange does not go through
+# partial_allreduce (only the world groups of syncs do); blocking, it does.
+hvd._binding.partial_allreduce = logging(hvd.partial_allreduce)
+if staleness:
+    hvd._binding.exchange = logging(hvd.exchange)
 for step in range(1, my_steps + 1):
     time.sleep(rng.uniform(0, 0.004))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01 * (r + 1))
-    group = hvd.next_group()
-    logged(model.parameters(), group)
+    hvd._binding.exchange(model.parameters(), hvd.next_group())
     if not uneven and step % 100 == 0:
         assert hvd.average_model(model)
 hvd.finish(model)
