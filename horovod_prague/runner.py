@@ -27,6 +27,7 @@ import dataclasses
 import os
 import re
 import shutil
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,11 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest=_dest("strategy"),
         nargs="?",
         const=DEFAULT_STRATEGY,
+        choices=STRATEGIES,
         default=None,
         metavar="STRATEGY",
         help=f"switch Prague on, with this strategy: {', '.join(STRATEGIES)} (default "
         f"{DEFAULT_STRATEGY}; {ENV_PREFIX}STRATEGY)",
     )
+    _accept_bare_flag(parser)
     for field in dataclasses.fields(PragueConfig):
         if field.name == "strategy":
             continue
@@ -98,7 +101,6 @@ def check_args(
 ) -> None:
     """Reject Prague options that cannot work, through ``parser.error`` (exit status 2)."""
     env = os.environ if env is None else env
-    _split_bare_flag(parser, args)
     options = given(args)
     switched_on = "strategy" in options or bool(env.get(ENV_PREFIX + "STRATEGY"))
     if not switched_on:
@@ -131,22 +133,38 @@ def check_args(
         )
 
 
-def _split_bare_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--prague python train.py``: the word after a bare ``--prague`` starts the command.
+def _accept_bare_flag(parser: argparse.ArgumentParser) -> None:
+    """Let ``--prague`` stand alone before the command: ``--prague python -m train``.
 
-    argparse gives it to ``--prague`` as its value; a value that names no strategy but names a
-    program or a file goes back to the front of the command.
+    argparse would take ``python`` as the strategy; the parser's ``parse_args`` now puts the
+    default strategy after a bare ``--prague`` whose next word names a program or a file.
     """
-    value = getattr(args, _dest("strategy"), None)
-    if value is None or value in STRATEGIES:
-        return
-    command = getattr(args, "command", None)
-    if isinstance(command, list) and (shutil.which(value) or os.path.exists(value)):
-        command.insert(0, value)
-        setattr(args, _dest("strategy"), DEFAULT_STRATEGY)
-        return
-    choices = ", ".join(repr(s) for s in STRATEGIES)
-    parser.error(f"argument --prague: invalid choice: {value!r} (choose from {choices})")
+    parse_args = parser.parse_args
+
+    def parse_with_bare_flag(args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        argv = list(sys.argv[1:] if args is None else args)
+        return parse_args(with_default_strategy(argv), namespace)
+
+    parser.parse_args = parse_with_bare_flag  # type: ignore[method-assign]
+
+
+def with_default_strategy(argv: list[str]) -> list[str]:
+    """``argv`` with the default strategy after a bare ``--prague`` that precedes the command.
+
+        >>> with_default_strategy(["-np", "2", "--prague", "python", "-m", "train"])
+        ['-np', '2', '--prague', 'smart', 'python', '-m', 'train']
+        >>> with_default_strategy(["--prague", "static", "python"])
+        ['--prague', 'static', 'python']
+    """
+    if "--prague" not in argv:
+        return argv
+    i = argv.index("--prague")
+    following = argv[i + 1] if i + 1 < len(argv) else ""
+    if following in STRATEGIES or following.startswith("-") or not following:
+        return argv
+    if shutil.which(following) or os.path.exists(following):
+        return [*argv[: i + 1], DEFAULT_STRATEGY, *argv[i + 1 :]]
+    return argv
 
 
 def set_env(env: dict[str, str], args: argparse.Namespace) -> None:

@@ -1,0 +1,122 @@
+"""A discrete-event model of the real Group Generator with overlapped P-Reduce.
+
+A model, not a measurement. Like ``shared/tools/sim_grouping.py``, but the groups come from
+this project's own ``GroupGenerator`` and strategies (pure Python), so the threshold rule and
+the backlog guard act as they do in a job. Each rank computes a step (1 unit, or its
+scenario's factor), asks for a group, submits its average and goes on; it blocks while more
+than ``staleness`` of its averages are incomplete. An average completes ``comm`` units after
+its last member submitted it.
+
+    .venv/bin/python benchmarks/sim_overlap.py --ranks 8 --scenario random
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import heapq
+import statistics
+
+from horovod_prague.bench.workload import SCENARIOS, schedule
+from horovod_prague.common.config import PragueConfig
+from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.strategies import make_strategy
+from horovod_prague.common.topology import Topology
+
+
+def run(
+    factors: list[list[float]],
+    steps: list[int],
+    strategy: str,
+    staleness: int,
+    comm: float,
+    seed: int,
+) -> tuple[float, float]:
+    """(time until every rank finished, share of steps averaged with nobody)."""
+    n = len(factors)
+    config = PragueConfig(strategy=strategy, seed=seed, staleness=staleness)
+    gg = GroupGenerator(make_strategy(config, Topology(n, n)))
+    submitted: list[collections.Counter] = [collections.Counter() for _ in range(n)]
+    arrivals: dict[tuple, list[int]] = collections.defaultdict(list)
+    done_at: dict[tuple, float] = {}
+    in_flight: list[list[tuple]] = [[] for _ in range(n)]
+    blocked: dict[int, tuple] = {}
+    step = [0] * n
+    finished = [0.0] * n
+    alone = 0
+    events = [(factors[r][0], r) for r in range(n)]
+    heapq.heapify(events)
+
+    def submit(r: int, group: tuple, now: float) -> None:
+        key = (group, submitted[r][group])
+        submitted[r][group] += 1
+        in_flight[r].append(key)
+        arrivals[key].append(r)
+        if len(arrivals[key]) == len(group):
+            done_at[key] = now + comm
+            for x, waited in list(blocked.items()):
+                if waited == key:
+                    del blocked[x]
+                    settle(x, done_at[key])
+
+    def start_next(r: int, now: float) -> None:
+        step[r] += 1
+        if step[r] < steps[r]:
+            heapq.heappush(events, (now + factors[r][step[r]], r))
+        else:
+            finished[r] = now
+            for group in gg.finish(r):
+                if len(group) < n:
+                    submit(r, group, now)
+
+    def settle(r: int, now: float) -> None:
+        live = [k for k in in_flight[r] if k not in done_at or done_at[k] > now]
+        in_flight[r] = live
+        if len(live) > staleness:
+            oldest = live[0]
+            if oldest in done_at:
+                start_next(r, done_at[oldest])
+            else:
+                blocked[r] = oldest
+        else:
+            start_next(r, now)
+
+    while events:
+        now, r = heapq.heappop(events)
+        group = gg.next_group(r)
+        if len(group) < 2:
+            alone += 1
+        else:
+            submit(r, group, now)
+        settle(r, now)
+    if blocked:
+        raise RuntimeError(f"deadlock: {blocked}")
+    return max(finished), alone / sum(steps)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--scenario", default="random", choices=list(SCENARIOS))
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--comm", type=float, default=0.3, help="an average's time, in steps")
+    a = ap.parse_args()
+    rows = collections.defaultdict(list)
+    for seed in range(a.seeds):
+        plan = schedule(a.scenario, a.ranks, a.steps, seed)
+        f = plan.factors
+        allreduce = sum(max(row[j] for row in f) + a.comm for j in range(a.steps))
+        rows["bound"].append((plan.bound, 0.0))
+        for strategy in ("smart", "random"):
+            for s in (0, 1, 2, 4):
+                t, alone = run(f, plan.own_pace_steps, strategy, s, a.comm, seed)
+                rows[f"{strategy} s={s}"].append((allreduce / t, alone))
+    for name, vals in rows.items():
+        ratio = statistics.mean(v for v, _ in vals)
+        alone = statistics.mean(x for _, x in vals)
+        print(f"n={a.ranks} {a.scenario:<10} {name:<12} {ratio:5.2f}x  alone {alone:4.0%}")
+
+
+if __name__ == "__main__":
+    main()

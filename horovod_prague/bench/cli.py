@@ -1,0 +1,203 @@
+"""``prague-bench``: All-Reduce and Prague's designs side by side, under injected slowdowns.
+
+Every job is ``horovodrun -np N --gloo`` on this machine running the same plain Horovod
+script (``horovod_prague.bench.worker``), with or without ``--prague``. Jobs run one at a
+time, and the systems take turns within each (ranks, scenario, seed) block, in an order that
+rotates from block to block, so machine noise hits all alike. Ratios are taken within a
+block, then averaged over seeds.
+
+    prague-bench --quick            # about 4 minutes: n = 8, random slowdowns, 3 systems
+    prague-bench                    # the full matrix (docs/results.md gives its duration)
+    python -m horovod_prague.bench --ranks 8 --scenarios persistent --systems allreduce,prague
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .report import summarize, write_outputs
+from .workload import SCENARIOS, cache_dir, mnist1d, schedule
+
+SYSTEMS: dict[str, tuple[str, list[str]]] = {
+    "allreduce": ("stock Horovod All-Reduce", []),
+    "adpsgd": ("AD-PSGD pairs", ["--prague", "adpsgd", "--prague-staleness", "0"]),
+    "random": ("random division", ["--prague", "random", "--prague-staleness", "0"]),
+    "static": ("Prague static", ["--prague", "static", "--prague-staleness", "0"]),
+    "smart": ("Prague smart (paper)", ["--prague", "smart", "--prague-staleness", "0"]),
+    "prague": ("horovod-prague default (--prague)", ["--prague"]),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    ranks: list[int]
+    scenarios: list[str]
+    systems: list[str]
+    seeds: int
+    steps: int
+    compute_ms: float
+    params: int
+    batch: int
+    lr: float
+    target: float
+    timeout: float
+
+
+def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
+    ap = argparse.ArgumentParser(prog="prague-bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a short run (about 4 minutes)")
+    ap.add_argument("--ranks", help="comma-separated rank counts (default 4,8; quick 8)")
+    ap.add_argument("--scenarios", help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    ap.add_argument("--systems", help=f"comma-separated, of {', '.join(SYSTEMS)}")
+    ap.add_argument("--seeds", type=int, help="seeds per cell (default 3)")
+    ap.add_argument("--steps", type=int, help="All-Reduce's steps per rank (default 250)")
+    ap.add_argument("--compute-ms", type=float, help="compute time of a normal step (100)")
+    ap.add_argument("--params", type=int, help="synthetic floats averaged with the model (1M)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--target", type=float, default=0.75, help="test accuracy to time")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds a job may take")
+    ap.add_argument("--out", type=Path, help="output folder (default bench-results/<time>)")
+    a = ap.parse_args(argv)
+    quick = {
+        "ranks": "8",
+        "scenarios": "random",
+        "systems": "allreduce,smart,prague",
+        "seeds": 1,
+        "steps": 120,
+        "compute_ms": 100.0,
+        "params": 1_000_000,
+    }
+    full = {
+        "ranks": "4,8",
+        "scenarios": ",".join(SCENARIOS),
+        "systems": ",".join(SYSTEMS),
+        "seeds": 3,
+        "steps": 250,
+        "compute_ms": 100.0,
+        "params": 1_000_000,
+    }
+    defaults = quick if a.quick else full
+
+    def pick(name: str) -> Any:
+        value = getattr(a, name)
+        return defaults[name] if value is None else value
+
+    ranks = [int(r) for r in str(pick("ranks")).split(",")]
+    scenarios = str(pick("scenarios")).split(",")
+    systems = str(pick("systems")).split(",")
+    for s in scenarios:
+        if s not in SCENARIOS:
+            ap.error(f"--scenarios: unknown {s!r}; choose from {', '.join(SCENARIOS)}")
+    for s in systems:
+        if s not in SYSTEMS:
+            ap.error(f"--systems: unknown {s!r}; choose from {', '.join(SYSTEMS)}")
+    if "allreduce" not in systems:
+        ap.error("--systems: must include allreduce, the baseline every ratio is taken to")
+    if any(n < 2 for n in ranks):
+        ap.error("--ranks: every job needs at least 2 ranks")
+    plan = Plan(
+        ranks=ranks,
+        scenarios=scenarios,
+        systems=systems,
+        seeds=pick("seeds"),
+        steps=pick("steps"),
+        compute_ms=pick("compute_ms"),
+        params=pick("params"),
+        batch=a.batch,
+        lr=a.lr,
+        target=a.target,
+        timeout=a.timeout,
+    )
+    out = a.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
+    return plan, out
+
+
+def job_order(plan: Plan) -> list[dict[str, Any]]:
+    """Every job, blocks of all systems in a rotating order."""
+    jobs = []
+    block = 0
+    for seed in range(plan.seeds):
+        for ranks in plan.ranks:
+            for scenario in plan.scenarios:
+                shift = block % len(plan.systems)
+                order = plan.systems[shift:] + plan.systems[:shift]
+                block += 1
+                for system in order:
+                    jobs.append(
+                        {"ranks": ranks, "scenario": scenario, "seed": seed, "system": system}
+                    )
+    return jobs
+
+
+def run_job(job: dict[str, Any], plan: Plan, data: Path, workdir: Path) -> dict[str, Any]:
+    out = workdir / f"{job['system']}-{job['ranks']}-{job['scenario']}-{job['seed']}.json"
+    n = job["ranks"]
+    bindir = Path(sys.executable).parent
+    command = [str(bindir / "horovodrun"), "-np", str(n), "-H", f"localhost:{n}", "--gloo"]
+    flags = SYSTEMS[job["system"]][1]
+    command += flags
+    command += [sys.executable, "-m", "horovod_prague.bench.worker"]
+    command += ["--scenario", job["scenario"], "--steps", str(plan.steps)]
+    command += ["--compute-ms", str(plan.compute_ms), "--params", str(plan.params)]
+    command += ["--batch", str(plan.batch), "--lr", str(plan.lr), "--seed", str(job["seed"])]
+    command += ["--eval-every", str(max(1, plan.steps // 30)), "--data", str(data)]
+    command += ["--out", str(out)]
+    if flags:  # every rank at its own pace; All-Reduce's ranks move together
+        command.append("--own-pace")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_PRAGUE_")}
+    env.update(OMP_NUM_THREADS="1", PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}")
+    started = time.perf_counter()
+    proc = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=plan.timeout, check=False
+    )
+    if proc.returncode != 0 or not out.exists():
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"job {job} failed (exit {proc.returncode}):\n{tail}")
+    result = json.loads(out.read_text())
+    result["job_seconds"] = time.perf_counter() - started
+    result["bound"] = schedule(job["scenario"], n, plan.steps, job["seed"]).bound
+    return {**job, **result}
+
+
+def main(argv: list[str] | None = None) -> int:
+    plan, out = parse_args(argv)
+    out.mkdir(parents=True, exist_ok=True)
+    data_path = cache_dir() / "mnist1d-standard.npz"
+    mnist1d(data_path)  # generated once, before any rank needs it
+    jobs = job_order(plan)
+    print(
+        f"prague-bench: {len(jobs)} jobs ({', '.join(plan.systems)}) x ranks {plan.ranks} x "
+        f"{', '.join(plan.scenarios)} x {plan.seeds} seed(s), {plan.steps} steps of "
+        f"{plan.compute_ms:g} ms, {plan.params:,} synthetic floats; results in {out}",
+        flush=True,
+    )
+    results: list[dict[str, Any]] = []
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="prague-bench-") as tmp:
+        for i, job in enumerate(jobs, 1):
+            result = run_job(job, plan, data_path, Path(tmp))
+            results.append(result)
+            elapsed = time.perf_counter() - began
+            print(
+                f"[{i}/{len(jobs)} {elapsed:5.0f}s] n={job['ranks']} {job['scenario']:<10} "
+                f"seed {job['seed']} {job['system']:<9} wall {result['wall']:6.1f} s  "
+                f"accuracy {result['final_accuracy']:.3f}",
+                flush=True,
+            )
+    summary = summarize(results, plan.target)
+    write_outputs(out, dataclasses.asdict(plan), results, summary, SYSTEMS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""``prague-bench``'s figures: ratios to All-Reduce per block, a table, JSON and plots.
+
+A *cell* is (ranks, scenario, system); a *block* is one seed of (ranks, scenario), in which
+every system ran once, back to back. Each ratio is taken within a block, then averaged.
+
+    >>> runs = [
+    ...     {"ranks": 4, "scenario": "random", "seed": 0, "system": "allreduce", "wall": 10.0,
+    ...      "bound": 1.8, "final_accuracy": 0.90, "curve": [[5.0, 0, 0.86], [10.0, 0, 0.9]]},
+    ...     {"ranks": 4, "scenario": "random", "seed": 0, "system": "prague", "wall": 6.0,
+    ...      "bound": 1.8, "final_accuracy": 0.91, "curve": [[2.0, 0, 0.88], [6.0, 0, 0.91]]},
+    ... ]
+    >>> row = summarize(runs, target=0.85)[1]
+    >>> row["system"], row["throughput"], row["to_target"], round(row["accuracy_delta"], 3)
+    ('prague', 1.667, 2.5, 0.01)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def time_to(curve: list[list[float]], target: float) -> float | None:
+    """The first time on ``curve`` ([time, samples, accuracy] points) at ``target`` or above."""
+    return next((t for t, _, acc in curve if acc >= target), None)
+
+
+def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, Any]]:
+    """One row per cell: mean ratios to All-Reduce over the cell's blocks."""
+    blocks: dict[tuple[int, str, int], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in results:
+        blocks[(r["ranks"], r["scenario"], r["seed"])][r["system"]] = r
+    cells: dict[tuple[int, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for (ranks, scenario, _), runs in blocks.items():
+        base = runs.get("allreduce")
+        if base is None:
+            continue
+        base_target = time_to(base["curve"], target)
+        for system, r in runs.items():
+            mine = time_to(r["curve"], target)
+            cells[(ranks, scenario, system)].append(
+                {
+                    "throughput": base["wall"] / r["wall"],
+                    "bound": r["bound"],
+                    "to_target": None
+                    if mine is None or base_target is None
+                    else base_target / mine,
+                    "accuracy": r["final_accuracy"],
+                    "accuracy_delta": r["final_accuracy"] - base["final_accuracy"],
+                    "wall": r["wall"],
+                    "same_model": r.get("same_model_on_every_rank", False),
+                }
+            )
+    rows = []
+    for (ranks, scenario, system), seeds in sorted(cells.items(), key=_order):
+        to_target = [s["to_target"] for s in seeds]
+        throughput = statistics.mean(s["throughput"] for s in seeds)
+        bound = statistics.mean(s["bound"] for s in seeds)
+        rows.append(
+            {
+                "ranks": ranks,
+                "scenario": scenario,
+                "system": system,
+                "seeds": len(seeds),
+                "wall": round(statistics.mean(s["wall"] for s in seeds), 2),
+                "throughput": round(throughput, 3),
+                "bound": round(bound, 3),
+                "of_bound": round(throughput / bound, 3),
+                "to_target": None if None in to_target else round(statistics.mean(to_target), 3),
+                "accuracy": round(statistics.mean(s["accuracy"] for s in seeds), 4),
+                "accuracy_delta": statistics.mean(s["accuracy_delta"] for s in seeds),
+                "same_model": all(s["same_model"] for s in seeds),
+            }
+        )
+    return rows
+
+
+def _order(item: tuple[tuple[int, str, str], Any]) -> tuple[int, str, int, str]:
+    (ranks, scenario, system), _ = item
+    return (ranks, scenario, 0 if system == "allreduce" else 1, system)
+
+
+def table(rows: list[dict[str, Any]], target: float) -> str:
+    head = (
+        f"{'n':>2} {'scenario':<10} {'system':<10} {'seeds':>5} {'wall s':>7} "
+        f"{'vs AR':>6} {'bound':>6} {'of bound':>8} {f'to {target:.0%}':>7} "
+        f"{'accuracy':>8} {'vs AR pts':>9} {'same':>4}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        to_target = "-" if r["to_target"] is None else f"{r['to_target']:.2f}x"
+        lines.append(
+            f"{r['ranks']:>2} {r['scenario']:<10} {r['system']:<10} {r['seeds']:>5} "
+            f"{r['wall']:>7.1f} {r['throughput']:>5.2f}x {r['bound']:>5.2f}x "
+            f"{r['of_bound']:>8.0%} {to_target:>7} {r['accuracy']:>8.3f} "
+            f"{100 * r['accuracy_delta']:>+9.2f} {'yes' if r['same_model'] else 'NO':>4}"
+        )
+    return "\n".join(lines)
+
+
+def write_outputs(
+    out: Path,
+    plan: dict[str, Any],
+    results: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    systems: dict[str, tuple[str, list[str]]],
+) -> None:
+    """results.json, table.txt and the plots in ``out``; the table also on stdout."""
+    text = table(rows, plan["target"])
+    (out / "table.txt").write_text(text + "\n")
+    (out / "results.json").write_text(
+        json.dumps({"plan": plan, "summary": rows, "runs": results}, indent=1)
+    )
+    print()
+    print(text)
+    print(
+        "\nvs AR: throughput over All-Reduce (its wall time over the system's); bound: the "
+        "best ratio the injected delays allow; to X%: how much sooner rank 0's model reached "
+        "that test accuracy; vs AR pts: final accuracy minus All-Reduce's after the same "
+        "samples; same: every rank ended with the same model."
+    )
+    plots = plot(out, plan, results, rows, systems)
+    print(f"\nresults: {out / 'results.json'}, {out / 'table.txt'}")
+    for p in plots:
+        print(f"plot: {p}")
+
+
+def plot(
+    out: Path,
+    plan: dict[str, Any],
+    results: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    systems: dict[str, tuple[str, list[str]]],
+) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    cells = sorted({(r["ranks"], r["scenario"]) for r in results})
+    fig, axes = plt.subplots(1, len(cells), figsize=(5 * len(cells), 4), squeeze=False)
+    for ax, (ranks, scenario) in zip(axes[0], cells, strict=True):
+        for system in plan["systems"]:
+            runs = [
+                r
+                for r in results
+                if (r["ranks"], r["scenario"], r["system"]) == (ranks, scenario, system)
+            ]
+            if not runs:
+                continue
+            first = min(runs, key=lambda r: r["seed"])
+            t = [p[0] for p in first["curve"]]
+            acc = [p[2] for p in first["curve"]]
+            ax.plot(t, acc, label=systems[system][0])
+        ax.axhline(plan["target"], color="grey", lw=0.8, ls=":")
+        ax.set_title(f"n = {ranks}, {scenario} slowdowns (seed 0)")
+        ax.set_xlabel("wall time (s)")
+        ax.set_ylabel("test accuracy, rank 0's model")
+        ax.set_ylim(0, 1)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "accuracy_vs_time.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    made.append(path)
+
+    fig, axes = plt.subplots(1, len(cells), figsize=(5 * len(cells), 4), squeeze=False)
+    for ax, (ranks, scenario) in zip(axes[0], cells, strict=True):
+        mine = [r for r in rows if (r["ranks"], r["scenario"]) == (ranks, scenario)]
+        names = [r["system"] for r in mine]
+        ax.bar(names, [r["throughput"] for r in mine], color="tab:blue")
+        if mine:
+            ax.axhline(mine[0]["bound"], color="tab:red", ls="--", label="ideal bound")
+        ax.set_title(f"n = {ranks}, {scenario}")
+        ax.set_ylabel("throughput / All-Reduce")
+        ax.tick_params(axis="x", rotation=45)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "throughput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    made.append(path)
+    return made
