@@ -101,6 +101,24 @@ def table(rows: list[dict[str, Any]], target: float) -> str:
     return "\n".join(lines)
 
 
+def markdown(rows: list[dict[str, Any]], target: float) -> str:
+    """The table as Markdown, for docs/results.md."""
+    lines = [
+        f"| n | scenario | system | seeds | wall s | vs All-Reduce | bound | of bound "
+        f"| to {target:.0%} | accuracy | vs AR (points) | same model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        to_target = "not reached" if r["to_target"] is None else f"{r['to_target']:.2f}x"
+        lines.append(
+            f"| {r['ranks']} | {r['scenario']} | {r['system']} | {r['seeds']} | {r['wall']:.1f} "
+            f"| {r['throughput']:.2f}x | {r['bound']:.2f}x | {r['of_bound']:.0%} | {to_target} "
+            f"| {r['accuracy']:.3f} | {100 * r['accuracy_delta']:+.2f} "
+            f"| {'yes' if r['same_model'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
 def write_outputs(
     out: Path,
     plan: dict[str, Any],
@@ -108,9 +126,10 @@ def write_outputs(
     rows: list[dict[str, Any]],
     systems: dict[str, tuple[str, list[str]]],
 ) -> None:
-    """results.json, table.txt and the plots in ``out``; the table also on stdout."""
+    """results.json, table.txt, table.md and the plots in ``out``; the table also on stdout."""
     text = table(rows, plan["target"])
     (out / "table.txt").write_text(text + "\n")
+    (out / "table.md").write_text(markdown(rows, plan["target"]) + "\n")
     (out / "results.json").write_text(
         json.dumps({"plan": plan, "summary": rows, "runs": results}, indent=1)
     )

@@ -69,9 +69,7 @@ class Binding(abc.ABC):
             horovod_kwargs["comm"] = comm
         self._runtime = initialize(self.hvd, config, horovod_kwargs)
         if config.staleness > 0 and self.can_overlap:
-            self._averager = OverlappedAverager(
-                config.staleness, config.mix_weight(), config.timeout
-            )
+            self._averager = OverlappedAverager(config.staleness, config.timeout)
         self._watch_for_crash()
         atexit.register(self.leave)
 
@@ -104,25 +102,31 @@ class Binding(abc.ABC):
         rt = self.runtime()
         self.average(values, self._occurrence(group), rt.process_set(group), len(group))
 
-    def exchange(self, tensors: Any, group: Group) -> None:
-        """This step's group average: overlapped when the job's ``staleness`` allows, else blocking.
+    def exchange(self, tensors: Any) -> Group | None:
+        """This step's group average, as ``DistributedOptimizer.step`` takes it.
 
-        Overlapped, the group's average runs on a snapshot while the rank goes on training;
-        ``horovod_prague.common.overlap`` says how and when it is applied. Either way the
-        collectives are the same, so members may run one group by either path.
+        Blocking (``staleness=0``): ``partial_allreduce`` with ``next_group()``. Overlapped:
+        starts the next group's average on a snapshot and returns at once, or, while the
+        previous one is still in flight, averages with nobody this step;
+        ``horovod_prague.common.overlap`` says how and when the average is applied. Returns
+        the group asked for, or None when this step asked for none.
         """
         if self._averager is None:
+            group = self.next_group()
             self.partial_allreduce(tensors, group)
-            return
-        self._averager.collect()
+            return group
+        if not self._averager.may_start():
+            return None
+        group = self.next_group()
         values = self.tensors(tensors)
         if len(group) < 2 or not values:
-            return
+            return group
         rt = self.runtime()
         pending = self.start_average(
             values, self._occurrence(group), rt.process_set(group), len(group)
         )
-        self._averager.submit(pending, group)
+        self._averager.start(pending, group)
+        return group
 
     def _occurrence(self, group: Group) -> str:
         """The collective name of ``group``'s next occurrence on this rank.
@@ -134,23 +138,18 @@ class Binding(abc.ABC):
         return f"{self.runtime().name(group)}.n{self._occurrences[group]}"
 
     def _run_owed(self, values: list[Any], groups: list[Group]) -> None:
-        """Run groups the Group Generator says this rank owes, in order; the world group blocks.
+        """Run the groups the Group Generator says this rank owes, in order, blocking.
 
-        Owed groups go the way ``exchange`` sends them, so a member that took the same group
-        with ``next_group`` runs the same collective; everything in flight completes before
-        the world group and before returning.
+        After a drain nothing is in flight, so a blocking average is what the overlapped one
+        would give, through the same collectives: a member that took the same group with
+        ``next_group`` and runs it overlapped meets this one.
         """
-        world = self.runtime().topology.size
-        for group in groups:
-            if len(group) == world:
-                self.drain()
-                self.partial_allreduce(values, group)
-            else:
-                self.exchange(values, group)
         self.drain()
+        for group in groups:
+            self.partial_allreduce(values, group)
 
     def drain(self) -> None:
-        """Wait for this rank's group averages in flight and apply them."""
+        """Wait for this rank's group average in flight, if any, and apply it."""
         if self._averager is not None:
             self._averager.drain()
 

@@ -30,10 +30,8 @@ HELP = {
     "seed": "seeds the pool of divisions and the Group Generator's random choices",
     "pool_size": "divisions registered as Horovod process sets at init; each rank is in one "
     "set per division",
-    "staleness": "group averages a rank may have in flight while it keeps training; "
-    "0 waits for each one (the paper's blocking P-Reduce)",
-    "mix": "share of a completed overlapped group average applied to the model "
-    "(0 = automatic: 1 / (staleness + 1))",
+    "staleness": "local steps a rank may take while its group's average is in flight, "
+    "before it waits for it; 0 waits at once (the paper's blocking P-Reduce)",
     "timeout": "seconds any wait on the Group Generator may take before it raises",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
@@ -50,8 +48,7 @@ class PragueConfig:
     sync_every: int = 0
     seed: int = 0
     pool_size: int = 3
-    staleness: int = 2
-    mix: float = 0.0
+    staleness: int = 4
     timeout: float = 60.0
     coordinator_addr: str = ""
     coordinator_port: int = 0
@@ -72,8 +69,6 @@ class PragueConfig:
             raise ValueError(f"pool_size: must be at least 1, got {self.pool_size}")
         if self.staleness < 0:
             raise ValueError(f"staleness: must be >= 0 (0 = blocking), got {self.staleness}")
-        if not 0 <= self.mix <= 1:
-            raise ValueError(f"mix: must be in [0, 1] (0 = automatic), got {self.mix}")
         if not self.timeout > 0:
             raise ValueError(f"timeout: must be a positive number of seconds, got {self.timeout}")
         if not 0 <= self.coordinator_port < 65536:
@@ -99,10 +94,6 @@ class PragueConfig:
             if value is not None:
                 values[name] = _parse(fields[name].type, value, name)
         return cls(**values)
-
-    def mix_weight(self) -> float:
-        """The share of an overlapped group average applied: ``mix``, or 1 / (staleness + 1)."""
-        return self.mix or 1.0 / (self.staleness + 1)
 
     def agreed(self) -> dict[str, Any]:
         """The options every rank must agree on (all but where rank 0 listens)."""

@@ -1,29 +1,32 @@
-"""Overlapped P-Reduce: group averages that run while the rank keeps training.
+"""Overlapped P-Reduce: a group average that runs while the rank keeps training.
 
 A blocking P-Reduce makes a fast rank wait out its partner's slow step. Here a rank starts
-its group's average on a *snapshot* of its model and goes on with its next local steps; when
-the average completes, it moves its model by ``mix`` times the change the average made to the
-snapshot. At most ``staleness`` averages are in flight: one more makes the rank wait for the
-oldest. ``staleness=0`` is the paper's blocking P-Reduce (with ``mix=1``, a plain average).
+its group's average on a *snapshot* of its model and goes on with local steps. When the
+average completes, the rank adds what the average changed to the snapshot, ``average -
+snapshot``, to its model: the model becomes the group's average plus the rank's own progress
+since the snapshot, as if the average had been taken at the snapshot and the later steps
+replayed on top. Over a group the corrections sum to zero, so the mean of the models is kept.
 
-Why ``mix`` is below 1: applied at full weight, an average that arrives ``s`` steps late pulls
-two ranks together by a difference they have already closed with the averages in between, an
-unstable delayed feedback (for a pair, ``D(t+1) = D(t) - mix * D(t-s)``). The default
-``mix = 1 / (staleness + 1)`` keeps it stable; docs/design.md shows the measurements.
+One average is in flight at a time: while it is, the rank's steps average with nobody. A
+second average started from a snapshot that lacks the first one's correction would correct
+the same difference twice, an unstable delayed feedback. After ``staleness`` local steps
+with its average still in flight, the rank waits for it, which bounds how old an average
+can be. ``staleness=0`` is the paper's blocking P-Reduce.
 
     >>> class Done:  # a framework's PendingAverage whose collective already completed
-    ...     applied = []
+    ...     applied = 0
     ...     def ready(self): return True
-    ...     def apply(self, mix): Done.applied.append(mix)
-    >>> averager = OverlappedAverager(staleness=1, mix=0.5, timeout=1.0)
-    >>> averager.submit(Done(), (0, 1)); averager.collect(); Done.applied, averager.in_flight()
-    ([0.5], 0)
+    ...     def apply(self): Done.applied += 1
+    >>> averager = OverlappedAverager(staleness=2, timeout=1.0)
+    >>> averager.may_start()
+    True
+    >>> averager.start(Done(), (0, 1)); averager.may_start(), Done.applied
+    (True, 1)
 """
 
 from __future__ import annotations
 
 import abc
-import collections
 import time
 from collections.abc import Callable
 
@@ -38,8 +41,8 @@ class PendingAverage(abc.ABC):
         """Whether the collective has completed (never blocks)."""
 
     @abc.abstractmethod
-    def apply(self, mix: float) -> None:
-        """Add ``mix * (average - snapshot)`` to the model; only once ``ready()``."""
+    def apply(self) -> None:
+        """Add ``average - snapshot`` to the model; only once ``ready()``."""
 
 
 class GroupWaitTimeout(TimeoutError):
@@ -47,42 +50,62 @@ class GroupWaitTimeout(TimeoutError):
 
 
 class OverlappedAverager:
-    """Keeps one rank's group averages in flight, at most ``staleness`` of them."""
+    """One rank's group average in flight, and how many local steps it has been in flight."""
 
-    def __init__(self, staleness: int, mix: float, timeout: float) -> None:
+    def __init__(self, staleness: int, timeout: float) -> None:
         if staleness < 1:
             raise ValueError(f"staleness: the overlapped path needs >= 1, got {staleness}")
         self.staleness = staleness
-        self.mix = mix
         self.timeout = timeout
-        self._pending: collections.deque[tuple[Group, PendingAverage]] = collections.deque()
+        self._pending: tuple[Group, PendingAverage] | None = None
+        self._local_steps = 0
         self.applied = 0
+        self.waits = 0
 
-    def in_flight(self) -> int:
-        return len(self._pending)
+    def in_flight(self) -> bool:
+        return self._pending is not None
 
-    def submit(self, pending: PendingAverage, group: Group) -> None:
-        """Track ``pending``; wait for the oldest averages while more than ``staleness`` fly."""
-        self._pending.append((group, pending))
+    def may_start(self) -> bool:
+        """Called once per step: whether this step starts a new group average.
+
+        Applies the average in flight if it has completed. If it has not, the step averages
+        with nobody (False), unless the average has been in flight for ``staleness`` steps:
+        then this waits for it, and the step starts the next one (True).
+        """
         self.collect()
-        while len(self._pending) > self.staleness:
-            self._finish_oldest()
+        if self._pending is None:
+            return True
+        if self._local_steps < self.staleness:
+            self._local_steps += 1
+            return False
+        self.waits += 1
+        self.drain()
+        return True
+
+    def start(self, pending: PendingAverage, group: Group) -> None:
+        """Track the average just started; none may be in flight."""
+        if self._pending is not None:
+            raise RuntimeError("an overlapped group average is already in flight")
+        self._pending = (group, pending)
+        self._local_steps = 0
 
     def collect(self) -> None:
-        """Apply every average that has completed, oldest first, without waiting."""
-        while self._pending and self._pending[0][1].ready():
-            self._finish_oldest()
+        """Apply the average in flight if it has completed, without waiting."""
+        if self._pending is not None and self._pending[1].ready():
+            self._finish()
 
     def drain(self) -> None:
-        """Wait for every average in flight and apply it (before any blocking collective)."""
-        while self._pending:
-            self._finish_oldest()
+        """Wait for the average in flight, if any, and apply it."""
+        if self._pending is not None:
+            group, pending = self._pending
+            wait_until(pending.ready, self.timeout, lambda: _late(group, self.timeout))
+            self._finish()
 
-    def _finish_oldest(self) -> None:
-        group, pending = self._pending[0]
-        wait_until(pending.ready, self.timeout, lambda: _late(group, self.timeout))
-        self._pending.popleft()
-        pending.apply(self.mix)
+    def _finish(self) -> None:
+        assert self._pending is not None
+        _, pending = self._pending
+        self._pending = None
+        pending.apply()
         self.applied += 1
 
 

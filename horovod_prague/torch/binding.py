@@ -99,13 +99,13 @@ class TorchPendingAverage(PendingAverage):
         return all(_hvd.poll(handle) for _, _, handle in self.parts)
 
     @torch.no_grad()
-    def apply(self, mix: float) -> None:
+    def apply(self) -> None:
         for indices, floating, handle in self.parts:
             results = _hvd.synchronize(handle)
             for i, result in zip(indices, results, strict=True):
                 target = self.targets[i].data
                 if floating:
-                    target.add_(result.sub_(self.snapshots[i]), alpha=mix)
+                    target.add_(result.sub_(self.snapshots[i]))
                 else:
                     target.copy_(torch.div(result, self.size, rounding_mode="floor"))
 

@@ -132,7 +132,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
         if sync_every and self._prague_steps % sync_every == 0:
             binding.average_model(tensors)
         else:
-            binding.exchange(tensors, binding.next_group())
+            binding.exchange(tensors)
             binding.exchanged()
         return loss
 

@@ -58,11 +58,11 @@ def _mean(nested_lists):
 
 @pytest.mark.parametrize(
     ("strategy", "staleness"),
-    [("smart", 0), ("static", 0), ("random", 0), ("adpsgd", 0), ("allreduce", 0), ("smart", 2)],
+    [("smart", 0), ("static", 0), ("random", 0), ("adpsgd", 0), ("allreduce", 0), ("smart", 4)],
 )
 @pytest.mark.parametrize("ending", ["even", "uneven"])
 def test_500_steps_with_random_delays_end_cleanly(tmp_path, strategy, staleness, ending):
-    """Blocking for every strategy, and overlapped (staleness 2) for the default design."""
+    """Blocking for every strategy, and overlapped (staleness 4) for the default design."""
     job = run_ranks(
         "soak.py", tmp_path, args=(strategy, "500", ending, str(staleness)), timeout=400
     )

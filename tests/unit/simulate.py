@@ -8,8 +8,8 @@ ranks, as a script's own global Horovod collective after it would (the drop-in's
 A deadlock (ranks left waiting and no group can complete) raises ``Deadlock``.
 
 ``simulate_overlapped`` does the same for the overlapped path (``horovod_prague.common.overlap``
-and ``Binding.exchange``): a step submits its group's average and goes on, waiting for the
-oldest only while more than ``staleness`` are in flight.
+and ``Binding.exchange``): at most one group average is in flight per rank; while it is, a
+step takes no group, for at most ``staleness`` steps, after which the rank waits for it.
 """
 
 from __future__ import annotations
@@ -106,7 +106,11 @@ def _complete_groups(ranks: list[RankState]) -> None:
 Occurrence = tuple[Group | Barrier, int]
 """The k-th submission of a group (or barrier): the same collective on every member."""
 
-DRAIN, SYNC, FINISH = "drain", "sync", "finish"
+# What a rank does next, besides the blocking collectives (a group or barrier) in its todo list:
+# ask for its next group and start its average (after a staleness wait), wait until nothing is
+# in flight, reach a sync, finish.
+NEXT, DRAIN, SYNC, FINISH = "next", "drain", "sync", "finish"
+Action = str | Group | Barrier
 
 
 @dataclasses.dataclass
@@ -116,20 +120,23 @@ class OverlapState:
     steps_left: int
     steps_done: int = 0
     syncs: int = 0
-    # DRAIN, SYNC, FINISH, or (group or barrier, blocking): what the rank does next.
-    todo: list[str | tuple[Group | Barrier, bool]] = dataclasses.field(default_factory=list)
-    in_flight: collections.deque[Occurrence] = dataclasses.field(default_factory=collections.deque)
-    limit: int | None = None  # waits for the oldest while more than this many are in flight
-    blocked_on: Occurrence | None = None  # waits in a blocking collective until it completes
+    todo: list[Action] = dataclasses.field(default_factory=list)
+    in_flight: Occurrence | None = None  # the overlapped average started and not yet applied
+    local_steps: int = 0  # steps that took no group since ``in_flight`` was started
+    blocked_on: Occurrence | None = None  # waits until this occurrence completes
     submitted: collections.Counter[Group | Barrier] = dataclasses.field(
         default_factory=collections.Counter
     )
     finished: bool = False
-    executed: list[Group] = dataclasses.field(default_factory=list)
-    max_in_flight: int = 0
+    executed: list[Group] = dataclasses.field(default_factory=list)  # groups submitted, in order
+    max_in_flight: int = 0  # the most averages and collectives this rank had running at once
+    skipped: int = 0  # steps that took no group (their average still in flight)
+    max_skipped_run: int = 0  # the most such steps in a row
+    skipped_run: int = 0
+    waits: int = 0  # times a step waited for its average in flight (the staleness bound)
 
     def waiting(self) -> bool:
-        return self.limit is not None or self.blocked_on is not None
+        return self.blocked_on is not None
 
     def done(self) -> bool:
         return self.finished and not self.todo and not self.waiting()
@@ -145,21 +152,29 @@ def simulate_overlapped(
 ) -> list[OverlapState]:
     """Drive ``gg`` with overlapped group averages until every rank is done.
 
-    A group step submits ``next_group``'s average, then waits while more than ``staleness``
-    are in flight (0: until it completed). A sync step instead drains, calls ``sync`` and runs
-    the owed groups as ``Binding._run_owed`` does; the end of the steps drains, calls
-    ``finish`` and runs its groups the same way. An occurrence completes once every member
-    submitted it. Returns each rank's history.
+    A group step applies the average in flight if it completed. Then, with none in flight, it
+    asks ``next_group`` and starts that group's average; with one still in flight for fewer
+    than ``staleness`` steps it takes no group; else it waits for it, then asks and starts the
+    next. ``staleness=0``: every group step asks, submits and waits until complete. A sync
+    step drains, calls ``sync`` and runs the owed groups blocking, as ``Binding.average_model``
+    does; the end of the steps drains, calls ``finish`` and runs its groups the same way. An
+    occurrence completes once every member submitted it. Returns each rank's history.
     """
     pick = pick or random.Random(0).choice
     world = tuple(range(len(steps)))
     ranks = [OverlapState(n) for n in steps]
 
-    def run_owed(groups: list[Group]) -> list[str | tuple[Group | Barrier, bool]]:
-        todo: list[str | tuple[Group | Barrier, bool]] = []
-        for group in groups:
-            todo += [DRAIN, (group, True)] if len(group) == len(world) else [(group, False)]
-        return [*todo, DRAIN]
+    def take_group(r: int) -> None:
+        s = ranks[r]
+        s.skipped_run = 0
+        group = gg.next_group(r)
+        occurrence = _submit(s, group)
+        if occurrence is None:
+            return
+        if staleness == 0:
+            s.blocked_on = occurrence
+        else:
+            s.in_flight, s.local_steps = occurrence, 0
 
     while True:
         for s in ranks:
@@ -174,25 +189,41 @@ def simulate_overlapped(
         s = ranks[r]
         if s.todo:
             action = s.todo.pop(0)
-            if action == DRAIN:
-                s.limit = 0
+            if action == NEXT:
+                take_group(r)
+            elif action == DRAIN:
+                s.blocked_on = s.in_flight  # None: nothing to wait for
             elif action == SYNC:
                 groups = gg.sync(r, s.syncs)
-                s.todo[:0] = run_owed(groups) if groups is not None else []
+                s.todo[:0] = groups if groups is not None else []
                 if collective_after_sync:
-                    s.todo.append((Barrier(s.syncs, world), True))
+                    s.todo.append(Barrier(s.syncs, world))
             elif action == FINISH:
-                s.todo[:0] = run_owed(gg.finish(r))
+                s.todo[:0] = gg.finish(r)
             else:
-                _submit(s, *action, staleness)
+                assert isinstance(action, (tuple, Barrier))
+                s.blocked_on = _submit(s, action)
         elif s.steps_left > 0:
             s.steps_left -= 1
             s.steps_done += 1
             if s.steps_done in syncs_at:
                 s.syncs += 1
+                s.skipped_run = 0
                 s.todo = [DRAIN, SYNC]
+                continue
+            if s.in_flight is not None and not _missing(ranks, s.in_flight):
+                s.in_flight = None  # completed: applied
+            if s.in_flight is None:
+                take_group(r)
+            elif s.local_steps < staleness:
+                s.local_steps += 1
+                s.skipped += 1
+                s.skipped_run += 1
+                s.max_skipped_run = max(s.max_skipped_run, s.skipped_run)
             else:
-                _submit(s, gg.next_group(r), False, staleness)
+                s.waits += 1
+                s.blocked_on = s.in_flight
+                s.todo = [NEXT]
         else:
             s.finished = True
             s.todo = [DRAIN, FINISH]
@@ -202,19 +233,15 @@ def _members(key: Group | Barrier) -> Group:
     return key.members if isinstance(key, Barrier) else key
 
 
-def _submit(s: OverlapState, key: Group | Barrier, blocking: bool, staleness: int) -> None:
+def _submit(s: OverlapState, key: Group | Barrier) -> Occurrence | None:
+    """Submit ``key``'s next occurrence; a group of one averages with nobody (None)."""
     if len(_members(key)) < 2:
-        return  # a group of one averages with nobody: nothing is submitted
+        return None
     s.submitted[key] += 1
-    occurrence = (key, s.submitted[key])
     if not isinstance(key, Barrier):
         s.executed.append(key)
-    if blocking:
-        s.blocked_on = occurrence
-    else:
-        s.in_flight.append(occurrence)
-        s.max_in_flight = max(s.max_in_flight, len(s.in_flight))
-        s.limit = staleness
+    s.max_in_flight = max(s.max_in_flight, 1 + (s.in_flight is not None))
+    return key, s.submitted[key]
 
 
 def _missing(ranks: list[OverlapState], occurrence: Occurrence) -> list[int]:
@@ -223,15 +250,13 @@ def _missing(ranks: list[OverlapState], occurrence: Occurrence) -> list[int]:
 
 
 def _advance(ranks: list[OverlapState], s: OverlapState) -> None:
-    """Retire completed averages, oldest first, and end the waits they satisfy."""
-    while s.in_flight and not _missing(ranks, s.in_flight[0]):
-        s.in_flight.popleft()
-    if s.limit is not None and len(s.in_flight) <= s.limit:
-        s.limit = None
+    """End the wait of ``s`` once what it waits on completed; a waited-for average is applied."""
     if s.blocked_on is not None and not _missing(ranks, s.blocked_on):
+        if s.blocked_on == s.in_flight:
+            s.in_flight = None
         s.blocked_on = None
 
 
 def _waits_on(ranks: list[OverlapState], s: OverlapState) -> tuple[Occurrence, list[int]] | None:
-    occurrence = s.blocked_on or (s.in_flight[0] if s.in_flight else None)
+    occurrence = s.blocked_on or s.in_flight
     return None if occurrence is None else (occurrence, _missing(ranks, occurrence))

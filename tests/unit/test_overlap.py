@@ -16,7 +16,7 @@ from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.overlap import GroupWaitTimeout, OverlappedAverager, PendingAverage
 from horovod_prague.common.strategies import make_strategy
 
-staleness = st.integers(0, 3)
+staleness = st.integers(0, 4)
 
 
 @FAST
@@ -36,7 +36,34 @@ def test_every_overlapped_interleaving_finishes_without_deadlock(job, s, steps, 
     )
     for rank, state in enumerate(history):
         assert all(rank in g for g in state.executed)
-        assert not state.in_flight
+        assert state.in_flight is None
+        if s == 0:
+            assert state.skipped == state.waits == 0
+
+
+@FAST
+@given(
+    jobs(),
+    staleness,
+    st.lists(st.integers(1, 30), min_size=16, max_size=16),
+    st.lists(st.sampled_from([1, 100]), min_size=16, max_size=16),
+    st.randoms(),
+)
+def test_fast_and_slow_ranks_finish_without_deadlock(job, s, steps, speeds, rnd):
+    """Ranks of two speeds, so that fast ones reach the staleness bound and wait."""
+    config, topology = job
+
+    def pick(movable):
+        return rnd.choices(movable, weights=[speeds[r] for r in movable])[0]
+
+    gg = GroupGenerator(make_strategy(config, topology))
+    history = simulate_overlapped(
+        gg, steps[: topology.size], s, pick=pick, syncs_at=frozenset({4, 13})
+    )
+    for rank, state in enumerate(history):
+        assert all(rank in g for g in state.executed)
+        assert state.in_flight is None and state.max_in_flight <= 1
+        assert state.max_skipped_run <= s
 
 
 @FAST
@@ -69,13 +96,32 @@ def test_a_global_collective_after_each_overlapped_sync_never_deadlocks(job, s, 
 
 @FAST
 @given(jobs(), staleness, st.lists(st.integers(1, 12), min_size=16, max_size=16), st.randoms())
-def test_no_rank_has_more_than_staleness_plus_one_averages_in_flight(job, s, steps, rnd):
+def test_one_average_in_flight_and_at_most_staleness_steps_without_a_group(job, s, steps, rnd):
     config, topology = job
     gg = GroupGenerator(make_strategy(config, topology))
     history = simulate_overlapped(
         gg, steps[: topology.size], s, pick=rnd.choice, syncs_at=frozenset({2, 5})
     )
-    assert all(state.max_in_flight <= s + 1 for state in history)
+    for state in history:
+        assert state.max_in_flight <= 1
+        assert state.max_skipped_run <= s
+        assert state.skipped <= state.steps_done
+
+
+def test_a_rank_whose_partner_lags_skips_staleness_steps_then_waits():
+    """Rank 1 stays behind: rank 0 takes no group for ``staleness`` steps, then waits for it."""
+    gg = ScriptedGG({0: [(0, 1)] * 2, 1: [(0, 1)] * 2})
+    order = iter([0] * 4 + [1] * 10 + [0] * 10)
+    history = simulate_overlapped(gg, [4, 2], 2, pick=lambda movable: _next_in(order, movable))
+    assert history[0].skipped == 2 and history[0].waits == 1
+    assert history[0].executed == history[1].executed == [(0, 1), (0, 1)]
+
+
+def _next_in(order, movable):
+    for r in order:
+        if r in movable:
+            return r
+    return movable[0]
 
 
 class ScriptedGG:
@@ -85,36 +131,37 @@ class ScriptedGG:
         self.script = {r: list(groups) for r, groups in script.items()}
 
     def next_group(self, rank):
-        return self.script[rank].pop(0)
+        return self.script[rank].pop(0) if self.script[rank] else (rank,)
 
     def sync(self, rank, sync_id):
         return None
 
     def finish(self, rank):
-        return []
+        left, self.script[rank] = self.script[rank], []
+        return left
 
 
 A, B, C = (0, 1), (0, 1, 2), (0, 1, 3)
 
 
+@pytest.mark.parametrize("s", range(5))
 @pytest.mark.parametrize("seed", range(5))
-def test_the_simulator_detects_members_meeting_groups_in_different_orders(seed):
-    """Ranks 0 and 1 meet three shared groups in opposite orders: with staleness 1 each submits
-    two and waits for its oldest, which the other submits last."""
+def test_the_simulator_detects_members_meeting_groups_in_different_orders(s, seed):
+    """Ranks 0 and 1 meet shared groups in opposite orders: each starts its first, A or C,
+    and then waits for it (staleness) or drains it (end of steps) before asking for the next,
+    so neither ever submits the one the other waits on."""
     steps = [3, 3, 1, 1]
     in_order = {0: [A, B, C], 1: [A, B, C], 2: [B], 3: [C]}
-    history = simulate_overlapped(ScriptedGG(in_order), steps, 1, pick=random.Random(seed).choice)
+    history = simulate_overlapped(ScriptedGG(in_order), steps, s, pick=random.Random(seed).choice)
     assert history[0].executed == history[1].executed == [A, B, C]
 
     reversed_for_1 = {**in_order, 1: [C, B, A]}
     with pytest.raises(Deadlock, match=r"\(0, 1\)"):
-        simulate_overlapped(ScriptedGG(reversed_for_1), steps, 1, pick=random.Random(seed).choice)
-    # Staleness 2 leaves room to submit all three first: the same script then completes.
-    simulate_overlapped(ScriptedGG(reversed_for_1), steps, 2, pick=random.Random(seed).choice)
+        simulate_overlapped(ScriptedGG(reversed_for_1), steps, s, pick=random.Random(seed).choice)
 
 
 class FakePending(PendingAverage):
-    """Completes after ``polls`` calls to ``ready()`` (never when None); logs what it applied."""
+    """Ready once ``ready()`` was called more than ``polls`` times (never when None)."""
 
     def __init__(self, name: str, log: list, polls: int | None = 0) -> None:
         self.name, self.log, self.polls, self.polled = name, log, polls, 0
@@ -123,95 +170,107 @@ class FakePending(PendingAverage):
         self.polled += 1
         return self.polls is not None and self.polled > self.polls
 
-    def apply(self, mix: float) -> None:
+    def apply(self) -> None:
         assert self.polls is not None and self.polled > self.polls, "applied before ready"
-        self.log.append((self.name, mix))
+        self.log.append(self.name)
 
 
-def test_completed_averages_are_applied_oldest_first_with_the_mix():
+def test_a_new_average_may_start_when_none_is_in_flight():
+    averager = OverlappedAverager(staleness=2, timeout=1.0)
+    assert averager.may_start() and not averager.in_flight()
+    assert (averager.applied, averager.waits) == (0, 0)
+
+
+@pytest.mark.parametrize("s", [1, 2, 4])
+def test_staleness_steps_without_a_group_then_a_wait(s):
     log: list = []
-    averager = OverlappedAverager(staleness=2, mix=0.25, timeout=1.0)
-    a, b = FakePending("a", log, polls=None), FakePending("b", log)
-    averager.submit(a, (0, 1))
-    averager.submit(b, (0, 2))
+    averager = OverlappedAverager(staleness=s, timeout=1.0)
+    pending = FakePending("a", log, polls=s + 5)  # completes during the wait
+    averager.start(pending, (0, 1))
+    assert [averager.may_start() for _ in range(s)] == [False] * s
+    assert log == [] and averager.in_flight() and averager.waits == 0
+    assert averager.may_start()  # waited for it, applied it: the step starts the next
+    assert log == ["a"] and not averager.in_flight()
+    assert (averager.applied, averager.waits) == (1, 1)
+    assert pending.polled == s + 6
+
+
+def test_a_completed_average_is_applied_by_the_next_may_start():
+    log: list = []
+    averager = OverlappedAverager(staleness=3, timeout=1.0)
+    averager.start(FakePending("a", log, polls=1), (0, 1))
+    assert not averager.may_start()  # first poll: not yet
+    assert averager.may_start()  # second poll: completed, applied, no wait
+    assert log == ["a"] and not averager.in_flight()
+    assert (averager.applied, averager.waits) == (1, 0)
+    averager.start(FakePending("b", log), (0, 2))  # the counter of steps starts over
+    assert averager.may_start() and log == ["a", "b"]
+
+
+def test_collect_applies_a_completed_average_and_never_waits():
+    log: list = []
+    averager = OverlappedAverager(staleness=1, timeout=1.0)
+    stuck = FakePending("stuck", log, polls=None)
+    averager.start(stuck, (0, 1))
     averager.collect()
-    assert log == [] and averager.in_flight() == 2  # b is done, but waits behind a
-    a.polls = a.polled
     averager.collect()
-    assert log == [("a", 0.25), ("b", 0.25)] and averager.in_flight() == 0
-    assert averager.applied == 2
+    assert log == [] and averager.in_flight() and stuck.polled == 2
+    stuck.polls = stuck.polled
+    averager.collect()
+    assert log == ["stuck"] and not averager.in_flight() and averager.applied == 1
 
 
-def test_submit_waits_only_when_more_than_staleness_are_in_flight():
+def test_drain_waits_for_the_average_in_flight_and_applies_it():
     log: list = []
-    averager = OverlappedAverager(staleness=2, mix=0.5, timeout=0.05)
-    first, second = FakePending("1", log, polls=None), FakePending("2", log, polls=None)
-    averager.submit(first, (0, 1))
-    averager.submit(second, (0, 1))
-    assert averager.in_flight() == 2 and log == []
-    assert first.polled <= 2  # only looked at, never waited for
-    first.polls = first.polled + 5  # completes after a few polls of the wait
-    averager.submit(FakePending("3", log, polls=None), (0, 2))
-    assert log == [("1", 0.5)] and averager.in_flight() == 2
-    assert first.polled > first.polls
-
-
-def test_drain_applies_everything_in_flight():
-    log: list = []
-    averager = OverlappedAverager(staleness=3, mix=1.0, timeout=1.0)
-    for name, polls in (("a", 3), ("b", 0), ("c", 7)):
-        averager.submit(FakePending(name, log, polls), (0, 1))
+    averager = OverlappedAverager(staleness=3, timeout=1.0)
+    averager.drain()  # nothing in flight: nothing to do
+    averager.start(FakePending("a", log, polls=7), (0, 1))
     averager.drain()
-    assert log == [("a", 1.0), ("b", 1.0), ("c", 1.0)] and averager.in_flight() == 0
+    assert log == ["a"] and not averager.in_flight()
+    assert (averager.applied, averager.waits) == (1, 0)
 
 
-def test_an_average_that_never_completes_times_out_naming_its_group():
-    averager = OverlappedAverager(staleness=1, mix=0.5, timeout=0.05)
-    averager.submit(FakePending("stuck", [], polls=None), (3, 5))
+def test_only_one_average_may_be_in_flight():
+    averager = OverlappedAverager(staleness=2, timeout=1.0)
+    averager.start(FakePending("a", [], polls=None), (0, 1))
+    with pytest.raises(RuntimeError, match="already in flight"):
+        averager.start(FakePending("b", []), (0, 2))
+
+
+@pytest.mark.parametrize("how", ["drain", "staleness"])
+def test_an_average_that_never_completes_times_out_naming_its_group(how):
+    averager = OverlappedAverager(staleness=1, timeout=0.05)
+    averager.start(FakePending("stuck", [], polls=None), (3, 5))
     start = time.monotonic()
     with pytest.raises(GroupWaitTimeout, match=r"group \[3, 5\].*within 0.05 s"):
-        averager.drain()
+        if how == "drain":
+            averager.drain()
+        else:
+            assert not averager.may_start()
+            averager.may_start()
     assert time.monotonic() - start < 1.0
 
 
 @pytest.mark.parametrize("bad", [0, -1])
 def test_the_averager_needs_staleness_of_at_least_one(bad):
     with pytest.raises(ValueError, match="staleness"):
-        OverlappedAverager(staleness=bad, mix=0.5, timeout=1.0)
+        OverlappedAverager(staleness=bad, timeout=1.0)
 
 
-def test_staleness_and_mix_defaults():
-    cfg = PragueConfig()
-    assert (cfg.staleness, cfg.mix) == (2, 0.0)
-    assert cfg.mix_weight() == pytest.approx(1 / 3)
-
-
-@pytest.mark.parametrize(
-    ("staleness", "mix", "weight"),
-    [(0, 0.0, 1.0), (1, 0.0, 0.5), (3, 0.0, 0.25), (3, 0.7, 0.7), (0, 1.0, 1.0)],
-)
-def test_mix_weight_is_mix_or_one_over_staleness_plus_one(staleness, mix, weight):
-    assert PragueConfig(staleness=staleness, mix=mix).mix_weight() == pytest.approx(weight)
+def test_staleness_default():
+    assert PragueConfig().staleness == 4
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "env", "message"),
-    [
-        ({"staleness": -1}, {}, "^staleness:"),
-        ({}, {"HOROVOD_PRAGUE_STALENESS": "-2"}, "^staleness:"),
-        ({"mix": 1.5}, {}, "^mix:"),
-        ({"mix": -0.1}, {}, "^mix:"),
-        ({}, {"HOROVOD_PRAGUE_MIX": "2"}, "^mix:"),
-        ({}, {"HOROVOD_PRAGUE_MIX": "half"}, "HOROVOD_PRAGUE_MIX: expected float"),
-    ],
+    ("kwargs", "env"),
+    [({"staleness": -1}, {}), ({}, {"HOROVOD_PRAGUE_STALENESS": "-2"})],
 )
-def test_bad_staleness_and_mix_are_rejected(kwargs, env, message):
-    with pytest.raises(ValueError, match=message):
+def test_negative_staleness_is_rejected(kwargs, env):
+    with pytest.raises(ValueError, match="^staleness:"):
         PragueConfig.from_sources(kwargs, env=env)
 
 
-def test_staleness_and_mix_from_the_environment():
-    env = {"HOROVOD_PRAGUE_STALENESS": "0", "HOROVOD_PRAGUE_MIX": "0.3"}
-    cfg = PragueConfig.from_sources(env=env)
-    assert (cfg.staleness, cfg.mix) == (0, 0.3)
+def test_staleness_from_the_environment_and_keywords_over_it():
+    env = {"HOROVOD_PRAGUE_STALENESS": "0"}
+    assert PragueConfig.from_sources(env=env).staleness == 0
     assert PragueConfig.from_sources({"staleness": 3}, env=env).staleness == 3

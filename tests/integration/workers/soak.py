@@ -1,7 +1,7 @@
 """Many steps with random per-rank delays and uneven step counts; logs every group run.
 
-``soak.py STRATEGY STEPS even|uneven [STALENESS]``: with STALENESS > 0 each step's group
-average is overlapped (``hvd.exchange``), and so are the owed groups of syncs and finish.
+``soak.py STRATEGY STEPS even|uneven [STALENESS]``: each step is ``hvd.exchange``; with
+STALENESS > 0 its group average is overlapped (and some steps take no group).
 """
 
 import hashlib
@@ -29,24 +29,24 @@ executed: list[Group] = []
 
 
 def logging(original):
-    def logged(tensors, group):
+    def logged(first, group):
         executed.append(list(group))
-        original(tensors, group)
+        return original(first, group)
 
     return logged
 
 
-# See every group run, owed ones included. Overlapped, exchange does not go through
-# partial_allreduce (only the world groups of syncs do); blocking, it does.
-hvd._binding.partial_allreduce = logging(hvd.partial_allreduce)
-if staleness:
-    hvd._binding.exchange = logging(hvd.exchange)
+# See every group run: blocking ones (owed groups, syncs, staleness 0) and overlapped ones.
+binding = hvd._binding
+binding.partial_allreduce = logging(binding.partial_allreduce)
+if binding._averager is not None:
+    binding._averager.start = logging(binding._averager.start)
 for step in range(1, my_steps + 1):
     time.sleep(rng.uniform(0, 0.004))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01 * (r + 1))
-    hvd._binding.exchange(model.parameters(), hvd.next_group())
+    hvd.exchange(model.parameters())
     if not uneven and step % 100 == 0:
         assert hvd.average_model(model)
 hvd.finish(model)
