@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,12 +38,17 @@ SYSTEMS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+class BenchError(RuntimeError):
+    """A benchmark job failed or outlived its timeout."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     ranks: list[int]
     scenarios: list[str]
     systems: list[str]
     seeds: int
+    first_seed: int
     steps: int
     compute_ms: float
     params: int
@@ -59,6 +65,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     ap.add_argument("--scenarios", help=f"comma-separated, of {', '.join(SCENARIOS)}")
     ap.add_argument("--systems", help=f"comma-separated, of {', '.join(SYSTEMS)}")
     ap.add_argument("--seeds", type=int, help="seeds per cell (default 3)")
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds run from this one on")
     ap.add_argument("--steps", type=int, help="All-Reduce's steps per rank (default 250)")
     ap.add_argument("--compute-ms", type=float, help="compute time of a normal step (100)")
     ap.add_argument("--params", type=int, help="synthetic floats averaged with the model (1M)")
@@ -110,6 +117,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         scenarios=scenarios,
         systems=systems,
         seeds=pick("seeds"),
+        first_seed=a.first_seed,
         steps=pick("steps"),
         compute_ms=pick("compute_ms"),
         params=pick("params"),
@@ -126,7 +134,7 @@ def job_order(plan: Plan) -> list[dict[str, Any]]:
     """Every job, blocks of all systems in a rotating order."""
     jobs = []
     block = 0
-    for seed in range(plan.seeds):
+    for seed in range(plan.first_seed, plan.first_seed + plan.seeds):
         for ranks in plan.ranks:
             for scenario in plan.scenarios:
                 shift = block % len(plan.systems)
@@ -157,12 +165,22 @@ def run_job(job: dict[str, Any], plan: Plan, data: Path, workdir: Path) -> dict[
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_PRAGUE_")}
     env.update(OMP_NUM_THREADS="1", PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}")
     started = time.perf_counter()
-    proc = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=plan.timeout, check=False
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,  # so a job that outlives its timeout goes with all its ranks
     )
+    try:
+        output, _ = proc.communicate(timeout=plan.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise BenchError(f"job {job} took over {plan.timeout:g} s:\n{output[-3000:]}") from None
     if proc.returncode != 0 or not out.exists():
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"job {job} failed (exit {proc.returncode}):\n{tail}")
+        raise BenchError(f"job {job} failed (exit {proc.returncode}):\n{output[-3000:]}")
     result = json.loads(out.read_text())
     result["job_seconds"] = time.perf_counter() - started
     result["bound"] = schedule(job["scenario"], n, plan.steps, job["seed"]).bound
@@ -185,7 +203,19 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="prague-bench-") as tmp:
         for i, job in enumerate(jobs, 1):
-            result = run_job(job, plan, data_path, Path(tmp))
+            try:
+                result = run_job(job, plan, data_path, Path(tmp))
+            except BenchError as e:
+                print(f"prague-bench: {e}", file=sys.stderr)
+                if results:
+                    write_outputs(
+                        out,
+                        dataclasses.asdict(plan),
+                        results,
+                        summarize(results, plan.target),
+                        SYSTEMS,
+                    )
+                return 1
             results.append(result)
             elapsed = time.perf_counter() - began
             print(

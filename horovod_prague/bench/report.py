@@ -204,3 +204,22 @@ def plot(
     plt.close(fig)
     made.append(path)
     return made
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m horovod_prague.bench.report DIR...``: one table from several runs' results."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("dirs", nargs="+", type=Path, help="prague-bench output folders")
+    ap.add_argument("--target", type=float, help="accuracy to time (default: the first run's)")
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args(argv)
+    loaded = [json.loads((d / "results.json").read_text()) for d in a.dirs]
+    target = a.target if a.target is not None else loaded[0]["plan"]["target"]
+    rows = summarize([r for one in loaded for r in one["runs"]], target)
+    print(markdown(rows, target) if a.markdown else table(rows, target))
+
+
+if __name__ == "__main__":
+    main()
