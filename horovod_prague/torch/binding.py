@@ -66,9 +66,11 @@ class TorchPendingAverage(PendingAverage):
     """A snapshot of the tensors, averaged by Horovod in the background.
 
     The same collectives as ``TorchBinding.average``: one per dtype, floating-point tensors
-    averaged, integer ones summed. Two copies of each floating-point tensor: the snapshot, to
-    measure what the average changed, and the buffer Horovod averages in place. Integer
-    tensors (counters) simply take the group's floor mean.
+    averaged, integer ones summed. Two copies of each tensor: the snapshot, to measure what
+    the average changed, and the average Horovod returns. Integer tensors (counters) simply
+    take the group's floor mean. ``average`` stays separate: a blocking average must set the
+    tensor to the collective's result exactly (``t + (avg - t)`` may differ from ``avg`` in
+    the last bit), or ranks would not be bit-identical after a global average.
     """
 
     def __init__(
