@@ -260,3 +260,12 @@ def _advance(ranks: list[OverlapState], s: OverlapState) -> None:
 def _waits_on(ranks: list[OverlapState], s: OverlapState) -> tuple[Occurrence, list[int]] | None:
     occurrence = s.blocked_on or s.in_flight
     return None if occurrence is None else (occurrence, _missing(ranks, occurrence))
+
+
+def assert_shared_groups_in_one_order(history: list, size: int) -> None:
+    """Every pair of ranks ran (or submitted) the groups they share in the same order."""
+    for a in range(size):
+        for b in range(a + 1, size):
+            shared_a = [g for g in history[a].executed if b in g]
+            shared_b = [g for g in history[b].executed if a in g]
+            assert shared_a == shared_b, (a, b)

@@ -8,7 +8,7 @@ import time
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from simulate import Deadlock, simulate_overlapped
+from simulate import Deadlock, assert_shared_groups_in_one_order, simulate_overlapped
 from test_strategies import FAST, jobs
 
 from horovod_prague.common.config import PragueConfig
@@ -74,11 +74,7 @@ def test_members_submit_shared_groups_in_the_same_order(job, s, steps, rnd):
     history = simulate_overlapped(
         gg, steps[: topology.size], s, pick=rnd.choice, syncs_at=frozenset({3, 6})
     )
-    for a in range(topology.size):
-        for b in range(a + 1, topology.size):
-            shared_a = [g for g in history[a].executed if b in g]
-            shared_b = [g for g in history[b].executed if a in g]
-            assert shared_a == shared_b
+    assert_shared_groups_in_one_order(history, topology.size)
 
 
 @FAST

@@ -7,7 +7,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from simulate import simulate
+from simulate import assert_shared_groups_in_one_order, simulate
 
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.group_generator import GroupGenerator
@@ -85,11 +85,7 @@ def test_members_run_shared_groups_in_the_same_order(job, rnd):
     config, topology = job
     gg = GroupGenerator(make_strategy(config, topology))
     history = simulate(gg, [8] * topology.size, pick=rnd.choice, syncs_at=frozenset({3, 6}))
-    for a in range(topology.size):
-        for b in range(a + 1, topology.size):
-            shared_a = [g for g in history[a].executed if b in g]
-            shared_b = [g for g in history[b].executed if a in g]
-            assert shared_a == shared_b
+    assert_shared_groups_in_one_order(history, topology.size)
 
 
 @FAST
