@@ -38,6 +38,27 @@ SYSTEMS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+def system_flags(spec: str) -> tuple[str, list[str]]:
+    """A system's label and ``horovodrun`` flags; ``NAME/option=value/...`` overrides options.
+
+    >>> system_flags("prague/staleness=1/group-size=4")[1]
+    ['--prague', '--prague-staleness', '1', '--prague-group-size', '4']
+    """
+    name, *overrides = spec.split("/")
+    if name not in SYSTEMS:
+        raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
+    label, flags = SYSTEMS[name]
+    if overrides and not flags:
+        raise ValueError(f"{spec!r}: {name} takes no Prague options")
+    flags = list(flags)
+    for override in overrides:
+        option, sep, value = override.partition("=")
+        if not sep or not option or not value:
+            raise ValueError(f"{spec!r}: expected option=value after '/', got {override!r}")
+        flags += [f"--prague-{option.replace('_', '-')}", value]
+    return (f"{label}, {', '.join(overrides)}" if overrides else label), flags
+
+
 class BenchError(RuntimeError):
     """A benchmark job failed or outlived its timeout."""
 
@@ -63,7 +84,11 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     ap.add_argument("--quick", action="store_true", help="a short run (about 4 minutes)")
     ap.add_argument("--ranks", help="comma-separated rank counts (default 4,8; quick 8)")
     ap.add_argument("--scenarios", help=f"comma-separated, of {', '.join(SCENARIOS)}")
-    ap.add_argument("--systems", help=f"comma-separated, of {', '.join(SYSTEMS)}")
+    ap.add_argument(
+        "--systems",
+        help=f"comma-separated, of {', '.join(SYSTEMS)}; NAME/option=value/... sets Prague "
+        "options, as in prague/staleness=1",
+    )
     ap.add_argument("--seeds", type=int, help="seeds per cell (default 3)")
     ap.add_argument("--first-seed", type=int, default=0, help="seeds run from this one on")
     ap.add_argument("--steps", type=int, help="All-Reduce's steps per rank (default 250)")
@@ -106,8 +131,10 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         if s not in SCENARIOS:
             ap.error(f"--scenarios: unknown {s!r}; choose from {', '.join(SCENARIOS)}")
     for s in systems:
-        if s not in SYSTEMS:
-            ap.error(f"--systems: unknown {s!r}; choose from {', '.join(SYSTEMS)}")
+        try:
+            system_flags(s)
+        except ValueError as e:
+            ap.error(f"--systems: {e}")
     if "allreduce" not in systems:
         ap.error("--systems: must include allreduce, the baseline every ratio is taken to")
     if any(n < 2 for n in ranks):
@@ -147,12 +174,16 @@ def job_order(plan: Plan) -> list[dict[str, Any]]:
     return jobs
 
 
-def run_job(job: dict[str, Any], plan: Plan, data: Path, workdir: Path) -> dict[str, Any]:
-    out = workdir / f"{job['system']}-{job['ranks']}-{job['scenario']}-{job['seed']}.json"
+def run_job(
+    job: dict[str, Any], plan: Plan, data: Path, workdir: Path, logs: Path
+) -> dict[str, Any]:
+    """Run one job; BenchError, with its whole output saved under ``logs``, if it fails."""
+    stem = f"{job['system']}-{job['ranks']}-{job['scenario']}-{job['seed']}".replace("/", "+")
+    out = workdir / f"{stem}.json"
     n = job["ranks"]
     bindir = Path(sys.executable).parent
     command = [str(bindir / "horovodrun"), "-np", str(n), "-H", f"localhost:{n}", "--gloo"]
-    flags = SYSTEMS[job["system"]][1]
+    flags = system_flags(job["system"])[1]
     command += flags
     command += [sys.executable, "-m", "horovod_prague.bench.worker"]
     command += ["--scenario", job["scenario"], "--steps", str(plan.steps)]
@@ -178,13 +209,24 @@ def run_job(job: dict[str, Any], plan: Plan, data: Path, workdir: Path) -> dict[
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
-        raise BenchError(f"job {job} took over {plan.timeout:g} s:\n{output[-3000:]}") from None
+        log = _save_log(logs, stem, command, output)
+        raise BenchError(f"job {job} took over {plan.timeout:g} s (output: {log})") from None
     if proc.returncode != 0 or not out.exists():
-        raise BenchError(f"job {job} failed (exit {proc.returncode}):\n{output[-3000:]}")
+        log = _save_log(logs, stem, command, output)
+        raise BenchError(
+            f"job {job} failed (exit {proc.returncode}); its output: {log}\n{output[-3000:]}"
+        )
     result = json.loads(out.read_text())
     result["job_seconds"] = time.perf_counter() - started
     result["bound"] = schedule(job["scenario"], n, plan.steps, job["seed"]).bound
     return {**job, **result}
+
+
+def _save_log(logs: Path, stem: str, command: list[str], output: str) -> Path:
+    logs.mkdir(parents=True, exist_ok=True)
+    path = logs / f"{stem}.log"
+    path.write_text(" ".join(command) + "\n\n" + output)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     data_path = cache_dir() / "mnist1d-standard.npz"
     mnist1d(data_path)  # generated once, before any rank needs it
     jobs = job_order(plan)
+    labels = {s: system_flags(s) for s in plan.systems}
     print(
         f"prague-bench: {len(jobs)} jobs ({', '.join(plan.systems)}) x ranks {plan.ranks} x "
         f"{', '.join(plan.scenarios)} x {plan.seeds} seed(s), {plan.steps} steps of "
@@ -204,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="prague-bench-") as tmp:
         for i, job in enumerate(jobs, 1):
             try:
-                result = run_job(job, plan, data_path, Path(tmp))
+                result = run_job(job, plan, data_path, Path(tmp), out / "failed")
             except BenchError as e:
                 print(f"prague-bench: {e}", file=sys.stderr)
                 if results:
@@ -213,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                         dataclasses.asdict(plan),
                         results,
                         summarize(results, plan.target),
-                        SYSTEMS,
+                        labels,
                     )
                 return 1
             results.append(result)
@@ -225,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     summary = summarize(results, plan.target)
-    write_outputs(out, dataclasses.asdict(plan), results, summary, SYSTEMS)
+    write_outputs(out, dataclasses.asdict(plan), results, summary, labels)
     return 0
 
 

@@ -28,6 +28,13 @@ def time_to(curve: list[list[float]], target: float) -> float | None:
     return next((t for t, _, acc in curve if acc >= target), None)
 
 
+def alone_share(run: dict[str, Any]) -> float | None:
+    """The share of a job's steps that averaged with nobody (None without Prague)."""
+    stats = [s for s in run.get("exchange_stats") or [] if s]
+    steps = sum(s["steps"] for s in stats)
+    return sum(s["alone"] for s in stats) / steps if steps else None
+
+
 def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, Any]]:
     """One row per cell: mean ratios to All-Reduce over the cell's blocks."""
     blocks: dict[tuple[int, str, int], dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -52,11 +59,13 @@ def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, An
                     "accuracy_delta": r["final_accuracy"] - base["final_accuracy"],
                     "wall": r["wall"],
                     "same_model": r.get("same_model_on_every_rank", False),
+                    "alone": alone_share(r),
                 }
             )
     rows = []
     for (ranks, scenario, system), seeds in sorted(cells.items(), key=_order):
         to_target = [s["to_target"] for s in seeds]
+        alone = [s["alone"] for s in seeds]
         throughput = statistics.mean(s["throughput"] for s in seeds)
         bound = statistics.mean(s["bound"] for s in seeds)
         rows.append(
@@ -73,6 +82,7 @@ def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, An
                 "accuracy": round(statistics.mean(s["accuracy"] for s in seeds), 4),
                 "accuracy_delta": statistics.mean(s["accuracy_delta"] for s in seeds),
                 "same_model": all(s["same_model"] for s in seeds),
+                "alone": None if None in alone else round(statistics.mean(alone), 3),
             }
         )
     return rows
@@ -84,19 +94,21 @@ def _order(item: tuple[tuple[int, str, str], Any]) -> tuple[int, str, int, str]:
 
 
 def table(rows: list[dict[str, Any]], target: float) -> str:
+    width = max([10, *(len(r["system"]) for r in rows)])
     head = (
-        f"{'n':>2} {'scenario':<10} {'system':<10} {'seeds':>5} {'wall s':>7} "
+        f"{'n':>2} {'scenario':<10} {'system':<{width}} {'seeds':>5} {'wall s':>7} "
         f"{'vs AR':>6} {'bound':>6} {'of bound':>8} {f'to {target:.0%}':>7} "
-        f"{'accuracy':>8} {'vs AR pts':>9} {'same':>4}"
+        f"{'accuracy':>8} {'vs AR pts':>9} {'alone':>5} {'same':>4}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         to_target = "-" if r["to_target"] is None else f"{r['to_target']:.2f}x"
+        alone = "-" if r.get("alone") is None else f"{r['alone']:.0%}"
         lines.append(
-            f"{r['ranks']:>2} {r['scenario']:<10} {r['system']:<10} {r['seeds']:>5} "
+            f"{r['ranks']:>2} {r['scenario']:<10} {r['system']:<{width}} {r['seeds']:>5} "
             f"{r['wall']:>7.1f} {r['throughput']:>5.2f}x {r['bound']:>5.2f}x "
             f"{r['of_bound']:>8.0%} {to_target:>7} {r['accuracy']:>8.3f} "
-            f"{100 * r['accuracy_delta']:>+9.2f} {'yes' if r['same_model'] else 'NO':>4}"
+            f"{100 * r['accuracy_delta']:>+9.2f} {alone:>5} {'yes' if r['same_model'] else 'NO':>4}"
         )
     return "\n".join(lines)
 
@@ -105,15 +117,16 @@ def markdown(rows: list[dict[str, Any]], target: float) -> str:
     """The table as Markdown, for docs/results.md."""
     lines = [
         f"| n | scenario | system | seeds | wall s | vs All-Reduce | bound | of bound "
-        f"| to {target:.0%} | accuracy | vs AR (points) | same model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| to {target:.0%} | accuracy | vs AR (points) | steps alone | same model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         to_target = "not reached" if r["to_target"] is None else f"{r['to_target']:.2f}x"
+        alone = "-" if r.get("alone") is None else f"{r['alone']:.0%}"
         lines.append(
             f"| {r['ranks']} | {r['scenario']} | {r['system']} | {r['seeds']} | {r['wall']:.1f} "
             f"| {r['throughput']:.2f}x | {r['bound']:.2f}x | {r['of_bound']:.0%} | {to_target} "
-            f"| {r['accuracy']:.3f} | {100 * r['accuracy_delta']:+.2f} "
+            f"| {r['accuracy']:.3f} | {100 * r['accuracy_delta']:+.2f} | {alone} "
             f"| {'yes' if r['same_model'] else 'NO'} |"
         )
     return "\n".join(lines)
@@ -139,7 +152,8 @@ def write_outputs(
         "\nvs AR: throughput over All-Reduce (its wall time over the system's); bound: the "
         "best ratio the injected delays allow; to X%: how much sooner rank 0's model reached "
         "that test accuracy; vs AR pts: final accuracy minus All-Reduce's after the same "
-        "samples; same: every rank ended with the same model."
+        "samples; alone: share of steps that averaged with nobody; same: every rank ended "
+        "with the same model."
     )
     plots = plot(out, plan, results, rows, systems)
     print(f"\nresults: {out / 'results.json'}, {out / 'table.txt'}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -117,6 +118,9 @@ def main() -> None:
     end = time.perf_counter()
     digests = hvd.allgather_object(digest(model), name="bench.digests")
     steps_per_rank = hvd.allgather_object(my_steps, name="bench.steps")
+    prague = sys.modules.get("horovod_prague.torch")  # loaded by the drop-in under --prague
+    stats = prague.exchange_stats() if prague is not None else None
+    stats_per_rank = hvd.allgather_object(stats, name="bench.stats")
     if rank == 0:
         result = {
             "ranks": size,
@@ -126,6 +130,7 @@ def main() -> None:
             "train_wall": trained - start - eval_time,
             "final_accuracy": accuracy(model, x_test, y_test),
             "same_model_on_every_rank": len(set(digests)) == 1,
+            "exchange_stats": stats_per_rank,
             "curve": curve,
         }
         with open(a.out, "w") as f:
