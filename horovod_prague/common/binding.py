@@ -35,7 +35,9 @@ class Binding(abc.ABC):
         self._averager: OverlappedAverager | None = None
         self._occurrences: collections.Counter[Group] = collections.Counter()
         self._tracked: list[Callable[[], list[Any]]] = []
+        self._last_exchanged: list[Any] = []
         self._exchanges_since_consensus = 0
+        self._exchange_counts: collections.Counter[str] = collections.Counter()
         self._crashed = False
 
     @abc.abstractmethod
@@ -97,10 +99,19 @@ class Binding(abc.ABC):
         order. They travel in one fused Horovod collective per dtype on the group's process set.
         """
         values = self.tensors(tensors)
+        self._note_exchange(values)
+        self._average_group(values, group)
+
+    def _average_group(self, values: list[Any], group: Group) -> None:
         if len(group) < 2 or not values:
             return
         rt = self.runtime()
         self.average(values, self._occurrence(group), rt.process_set(group), len(group))
+
+    def _note_exchange(self, values: list[Any]) -> None:
+        """Remember what a Prague step averaged: the guard brings it to consensus."""
+        self._last_exchanged = values
+        self._exchanges_since_consensus += 1
 
     def exchange(self, tensors: Any) -> Group | None:
         """This step's group average, as ``DistributedOptimizer.step`` takes it.
@@ -111,22 +122,41 @@ class Binding(abc.ABC):
         ``horovod_prague.common.overlap`` says how and when the average is applied. Returns
         the group asked for, or None when this step asked for none.
         """
+        counts = self._exchange_counts
+        counts["steps"] += 1
+        values = self.tensors(tensors)
+        self._note_exchange(values)
         if self._averager is None:
             group = self.next_group()
-            self.partial_allreduce(tensors, group)
+            self._average_group(values, group)
+            counts["averaged" if len(group) > 1 else "alone"] += 1
             return group
+        waits = self._averager.waits
         if not self._averager.may_start():
+            counts["alone"] += 1
+            counts["in_flight"] += 1
             return None
+        counts["waited"] += self._averager.waits - waits
         group = self.next_group()
-        values = self.tensors(tensors)
         if len(group) < 2 or not values:
+            counts["alone"] += 1
             return group
+        counts["averaged"] += 1
         rt = self.runtime()
         pending = self.start_average(
             values, self._occurrence(group), rt.process_set(group), len(group)
         )
         self._averager.start(pending, group)
         return group
+
+    def exchange_stats(self) -> dict[str, int]:
+        """How this rank's ``exchange`` calls went: ``steps``; ``averaged`` (a group average
+        started or run); ``alone`` (no partner), of which ``in_flight`` (the previous average
+        was still running); ``waited`` (steps that waited out ``staleness``)."""
+        return {
+            k: self._exchange_counts[k]
+            for k in ("steps", "averaged", "alone", "in_flight", "waited")
+        }
 
     def _occurrence(self, group: Group) -> str:
         """The collective name of ``group``'s next occurrence on this rank.
@@ -146,7 +176,7 @@ class Binding(abc.ABC):
         """
         self.drain()
         for group in groups:
-            self.partial_allreduce(values, group)
+            self._average_group(values, group)
 
     def drain(self) -> None:
         """Wait for this rank's group average in flight, if any, and apply it."""
@@ -213,23 +243,33 @@ class Binding(abc.ABC):
         self._tracked.append(tensors)
 
     def tracked(self) -> list[Any]:
-        """The tensors of every tracked model, each once, in registration order."""
+        """The tensors of every tracked model, each once, in registration order.
+
+        Without a tracked model (a hand-written loop of ``partial_allreduce`` or
+        ``exchange``): the tensors the last Prague step averaged.
+        """
+        if not self._tracked:
+            return list(self._last_exchanged)
         return distinct(t for tensors in self._tracked for t in tensors())
 
-    def exchanged(self) -> None:
-        """Note that a tracked model took a Prague step (called by the optimizers)."""
-        self._exchanges_since_consensus += 1
+    def step_tensors(self, own: list[Any]) -> list[Any]:
+        """What an optimizer's Prague step averages: its ``own`` tensors, or, when several
+        models are tracked, all of them.
+
+        The Group Generator's groups belong to ranks, not to optimizers: with two optimizers,
+        rank i's first may meet rank j's second in a group. Averaging every tracked model at
+        every step makes each group average the same tensors on every member.
+        """
+        return own if len(self._tracked) < 2 else self.tracked()
 
     def consensus(self) -> None:
         """Average the tracked models globally if they changed since the last consensus.
 
         Collective over all ranks, like the Horovod call it precedes; ranks that took the same
-        steps make the same decision. Does nothing without a tracked model or after ``finish``.
+        steps make the same decision. Does nothing before any Prague step or after ``finish``.
         """
         rt = self._runtime
-        if rt is None or rt.finished or not self._tracked:
-            return
-        if self._exchanges_since_consensus == 0:
+        if rt is None or rt.finished or self._exchanges_since_consensus == 0:
             return
         self.average_model(self.tracked())
 
@@ -246,7 +286,7 @@ class Binding(abc.ABC):
 
         @functools.wraps(collective)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            if self._tracked:
+            if self._exchanges_since_consensus:
                 bound = signature.bind_partial(*args, **kwargs).arguments
                 process_set = bound.get("process_set")
                 if process_set is None or process_set.process_set_id == global_id:
@@ -264,7 +304,9 @@ class Binding(abc.ABC):
         should not wait for the others.
         """
         rt = self._runtime
-        if rt is None or rt.finished or not self._tracked or self._crashed:
+        if rt is None or rt.finished or self._crashed:
+            return
+        if not self._tracked and not self._last_exchanged:
             return
         self.finish(self.tracked())
 

@@ -49,5 +49,14 @@ class Topology:
             ("PMI_SIZE", "MPI_LOCALNRANKS"),
         ):
             if env.get(size_key) and env.get(local_key):
-                return cls(int(env[size_key]), int(env[local_key]))
+                topology = cls(int(env[size_key]), int(env[local_key]))
+                cross = env.get("HOROVOD_CROSS_SIZE") if size_key == "HOROVOD_SIZE" else None
+                if cross and int(cross) != topology.cross_size:
+                    raise ValueError(
+                        f"topology: this node runs {topology.local_size} of {topology.size} "
+                        f"ranks, but the job spans {cross} nodes: the nodes run different "
+                        "numbers of ranks (as with -H a:4,b:2). Prague needs the same number "
+                        "on every node"
+                    )
+                return topology
         return None

@@ -27,6 +27,7 @@ from ..common.import_hook import TORCH_GLOBAL_COLLECTIVES
 from .binding import _hvd
 from .binding import binding as _binding
 from .optimizer import DistributedOptimizer as DistributedOptimizer
+from .optimizer import broadcast_optimizer_state as _broadcast_optimizer_state
 
 init = _binding.init
 runtime = _binding.runtime
@@ -34,8 +35,10 @@ config = _binding.config
 next_group = _binding.next_group
 partial_allreduce = _binding.partial_allreduce
 exchange = _binding.exchange
+exchange_stats = _binding.exchange_stats
 drain = _binding.drain
 average_model = _binding.average_model
 finish = _binding.finish
 shutdown = _binding.shutdown
 globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TORCH_GLOBAL_COLLECTIVES})
+broadcast_optimizer_state = _binding.guard(_broadcast_optimizer_state)

@@ -37,7 +37,7 @@ class TorchBinding(Binding):
         for dtype, same in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             data = [t.data for t in same]
-            if dtype.is_floating_point or dtype.is_complex:
+            if _floating(dtype):
                 wait(
                     _hvd.grouped_allreduce_async_(
                         data, op=_hvd.Average, name=tag, process_set=process_set
@@ -46,9 +46,10 @@ class TorchBinding(Binding):
                     tag,
                 )
                 continue
-            # Integer buffers (BatchNorm's num_batches_tracked): sum, then floor-divide.
             summed = wait(
-                _hvd.grouped_allreduce_async(data, op=_hvd.Sum, name=tag, process_set=process_set),
+                _hvd.grouped_allreduce_async(
+                    [_wide(t) for t in data], op=_hvd.Sum, name=tag, process_set=process_set
+                ),
                 self.config().timeout,
                 tag,
             )
@@ -78,14 +79,16 @@ class TorchPendingAverage(PendingAverage):
     ) -> None:
         self.size = size
         self.targets = list(tensors)
-        self.snapshots = [t.detach().clone() for t in self.targets]
+        self.snapshots = [
+            t.detach().clone() if _floating(t.dtype) else _wide(t.detach()) for t in self.targets
+        ]
         by_dtype: dict[torch.dtype, list[int]] = {}
-        for i, t in enumerate(self.snapshots):
+        for i, t in enumerate(self.targets):
             by_dtype.setdefault(t.dtype, []).append(i)
         self.parts: list[tuple[list[int], bool, int]] = []
         for dtype, indices in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
-            floating = dtype.is_floating_point or dtype.is_complex
+            floating = _floating(dtype)
             data = [self.snapshots[i] for i in indices]
             if floating:
                 handle = _hvd.grouped_allreduce_async(
@@ -110,6 +113,19 @@ class TorchPendingAverage(PendingAverage):
                     target.add_(result.sub_(self.snapshots[i]))
                 else:
                     target.copy_(torch.div(result, self.size, rounding_mode="floor"))
+
+
+def _floating(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """A copy of an integer or bool tensor as int64, so Horovod can sum it without overflow.
+
+    Integer buffers (BatchNorm's ``num_batches_tracked``, masks, counters) take their group's
+    floor mean, summed in int64: Horovod cannot reduce bool, and small integer types overflow.
+    """
+    return t.to(torch.int64, copy=True)
 
 
 def wait(handle: int, timeout: float, name: str) -> Any:

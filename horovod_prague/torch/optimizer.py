@@ -40,6 +40,7 @@ STEP_WARNING = (
     "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
     "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code."
 )
+PRAGUE_STATE_KEY = "prague"
 TOO_MANY_PASSES = (
     "Gradients were computed more than backward_passes_per_step times before call to step(). "
     "Increase backward_passes_per_step to accumulate gradients locally."
@@ -54,7 +55,9 @@ class _PragueOptimizer(torch.optim.Optimizer):
         backward_passes_per_step: int,
         model: torch.nn.Module | None,
         sync_every: int | None,
+        scheduled_from: torch.optim.Optimizer | None,
     ) -> None:
+        self._prague_scheduled_from = scheduled_from
         self.backward_passes_per_step = backward_passes_per_step
         self._sync_every = sync_every
         self._prague_steps = 0
@@ -125,7 +128,9 @@ class _PragueOptimizer(torch.optim.Optimizer):
         if _inside_horovod_broadcast():
             return loss
         self._prague_steps += 1
-        tensors = self.prague_tensors()
+        if self._prague_scheduled_from is not None:
+            self._prague_scheduled_from._opt_called = True  # for its LR scheduler's order check
+        tensors = binding.step_tensors(self.prague_tensors())
         sync_every = self._sync_every
         if sync_every is None:
             sync_every = binding.config().sync_every
@@ -133,8 +138,20 @@ class _PragueOptimizer(torch.optim.Optimizer):
             binding.average_model(tensors)
         else:
             binding.exchange(tensors)
-            binding.exchanged()
         return loss
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state, with Prague's step count (``sync_every`` counts from it)."""
+        state = super().state_dict()
+        state[PRAGUE_STATE_KEY] = {"steps": self._prague_steps}
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a state from ``state_dict()``; one without Prague's step count keeps it at 0."""
+        state = dict(state_dict)
+        prague = state.pop(PRAGUE_STATE_KEY, None)
+        super().load_state_dict(state)
+        self._prague_steps = int(prague["steps"]) if prague else 0
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients and the count of accumulated backward passes."""
@@ -193,9 +210,36 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
     binding.runtime()  # a clear error before Prague is initialized
     cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
     wrapped = cls.__new__(cls)
-    wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._prague_setup(backward_passes_per_step, model, sync_every)
+    state = dict(optimizer.__dict__)
+    # An LR scheduler made before wrapping puts its own ``step`` on the instance, bound to
+    # ``optimizer``; copied, it would step ``optimizer``'s class and never average.
+    instance_step = state.pop("step", None)
+    scheduled = getattr(instance_step, "_wrapped_by_lr_sched", False)
+    if instance_step is not None and not scheduled:
+        raise ValueError(
+            "optimizer: its step() was replaced on the instance (optimizer.step = ...), so "
+            "Prague cannot add the group average to it; wrap the optimizer first, then patch"
+        )
+    wrapped.__dict__.update(state)
+    wrapped._prague_setup(
+        backward_passes_per_step, model, sync_every, optimizer if scheduled else None
+    )
     return wrapped
+
+
+def broadcast_optimizer_state(
+    optimizer: torch.optim.Optimizer, root_rank: int, model: Any = None
+) -> None:
+    """Horovod's ``broadcast_optimizer_state``, plus Prague's step count from ``root_rank``.
+
+    A job resumed from a checkpoint loaded on one rank must count ``sync_every`` alike on
+    every rank: the global averages are collectives all ranks take at the same step.
+    """
+    _hvd.broadcast_optimizer_state(optimizer, root_rank, model=model)
+    if isinstance(optimizer, _PragueOptimizer):
+        optimizer._prague_steps = _hvd.broadcast_object(
+            optimizer._prague_steps, root_rank, name="prague.optimizer_steps"
+        )
 
 
 def _check_horovod_arguments(

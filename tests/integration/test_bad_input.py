@@ -30,3 +30,28 @@ def test_bad_options_raise_on_every_rank(tmp_path, options, error, message):
     for rep in job.reports:
         assert rep["error"] == error, rep
         assert re.search(message, rep["message"]), rep["message"]
+
+
+def test_options_that_change_the_process_sets_are_caught_before_horovod_starts(tmp_path):
+    """Different seeds give different pools of groups, so the ranks would register different
+    process sets; Gloo's start-up would then fail only after its timeout, naming no option.
+    The launcher's rendezvous store lets every rank compare options before ``hvd.init``."""
+    options = {"strategy": "random", "seed": 1, "timeout": 20, "rank_1": {"seed": 2}}
+    job = run_ranks("bad_options.py", tmp_path, np=4, args=(json.dumps(options),), timeout=60)
+    assert len(job.reports) == 4, job.output[-3000:]
+    for rep in job.reports:
+        assert rep["error"] == "ValueError", rep
+        assert re.search(r"differ between rank \d and rank \d: seed=[12] vs [12]", rep["message"])
+
+
+@pytest.mark.parametrize("variant", ["dynamic", "user-set"])
+def test_horovods_process_sets_argument_works_with_prague(tmp_path, variant):
+    """``process_sets="dynamic"``, and a user's set with the ranks of a Prague group (which
+    Horovod would refuse to register twice), both train and end in consensus."""
+    job = run_ranks("init_variants.py", tmp_path, np=4, args=(variant,), timeout=120)
+    assert len(job.reports) == 4, job.output[-3000:]
+    for rep in job.reports:
+        assert rep["same"], rep
+        assert any(len(g) == 2 for g in rep["groups"]), rep
+        if variant == "user-set" and rep["rank"] in (0, 1):
+            assert rep["own_sum"] == 2.0, rep

@@ -17,3 +17,11 @@ def test_overlapped_averaging_on_four_ranks(tmp_path):
     job = run_ranks("run_pytest.py", tmp_path, np=4, args=("overlap_checks.py",), timeout=300)
     assert job.returncode == 0, job.output[-8000:]
     assert "[0]<stdout>:" in job.output and " passed" in job.output
+
+
+def test_reliability_defects_on_four_ranks(tmp_path):
+    """A hand-written loop with a global collective, two optimizers, an LR scheduler made
+    before wrapping, bool and uint8 buffers, and the step count in checkpoints."""
+    job = run_ranks("run_pytest.py", tmp_path, np=4, args=("reliability_checks.py",), timeout=300)
+    assert job.returncode == 0, job.output[-8000:]
+    assert "[0]<stdout>:" in job.output and " passed" in job.output

@@ -66,3 +66,13 @@ def test_topology_from_launchers():
     assert Topology.from_env({}) is None
     with pytest.raises(ValueError, match="same number of ranks on every node"):
         Topology(6, 4)
+
+
+def test_nodes_with_different_numbers_of_ranks_are_refused_before_init():
+    # -H a:4,b:2: host b's ranks see 2 local ranks of 6 over 2 nodes; host a's, 4 of 6.
+    env = {"HOROVOD_SIZE": "6", "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_SIZE": "2"}
+    with pytest.raises(ValueError, match="nodes run different numbers of ranks"):
+        Topology.from_env(env)
+    with pytest.raises(ValueError, match="do not split evenly"):
+        Topology.from_env({**env, "HOROVOD_LOCAL_SIZE": "4"})
+    assert Topology.from_env({**env, "HOROVOD_LOCAL_SIZE": "3"}) == Topology(6, 3)
