@@ -59,6 +59,7 @@ def gg_latency(seconds: float, rank0_trains: bool) -> list[float]:
                 time.sleep(0.05)
     else:
         with GroupGeneratorClient(offer[0], offer[1], bytes.fromhex(offer[2]), rank, 10) as c:
+            c.hello("bench")
             while time.perf_counter() < deadline:
                 t0 = time.perf_counter()
                 c.next_group()

@@ -18,9 +18,26 @@ from types import ModuleType
 from typing import Any
 
 from .config import PragueConfig
-from .overlap import OverlappedAverager, PendingAverage
+from .overlap import GroupWaitTimeout, OverlappedAverager, PendingAverage
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
+
+
+def _naming_the_silent_rank(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, whose GroupWaitTimeout also names the rank that most likely holds it up."""
+
+    @functools.wraps(method)
+    def call(self: Binding, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except GroupWaitTimeout as e:
+            if getattr(e, "names_the_silent_rank", False):
+                raise
+            named = GroupWaitTimeout(f"{e}. {self._silent_rank()}")
+            named.names_the_silent_rank = True  # type: ignore[attr-defined]
+            raise named from None
+
+    return call
 
 
 class Binding(abc.ABC):
@@ -92,6 +109,7 @@ class Binding(abc.ABC):
         """
         return self.runtime().next_group()
 
+    @_naming_the_silent_rank
     def partial_allreduce(self, tensors: Any, group: Group) -> None:
         """Average ``tensors`` in place with the other ranks of ``group`` (P-Reduce); blocks.
 
@@ -113,6 +131,7 @@ class Binding(abc.ABC):
         self._last_exchanged = values
         self._exchanges_since_consensus += 1
 
+    @_naming_the_silent_rank
     def exchange(self, tensors: Any) -> Group | None:
         """This step's group average, as ``DistributedOptimizer.step`` takes it.
 
@@ -158,6 +177,24 @@ class Binding(abc.ABC):
             for k in ("steps", "averaged", "alone", "in_flight", "waited")
         }
 
+    def _silent_rank(self) -> str:
+        """Which rank has not asked the Group Generator for anything for the longest time."""
+        try:
+            silence = self.runtime().client.stats().get("silence") or []
+        except Exception as e:  # noqa: BLE001  (any failure here says rank 0 is in trouble)
+            return (
+                f"The Group Generator on rank 0 did not answer either ({e}): rank 0 may be "
+                "the one that stopped"
+            )
+        if not silence:
+            return ""
+        rank = max(range(len(silence)), key=silence.__getitem__)
+        return (
+            f"Rank {rank} last asked the Group Generator for a group {silence[rank]:.1f} s ago, "
+            "the longest of all ranks: most likely it stopped or hung, holding up every group "
+            "that waits for it"
+        )
+
     def _occurrence(self, group: Group) -> str:
         """The collective name of ``group``'s next occurrence on this rank.
 
@@ -178,11 +215,13 @@ class Binding(abc.ABC):
         for group in groups:
             self._average_group(values, group)
 
+    @_naming_the_silent_rank
     def drain(self) -> None:
         """Wait for this rank's group average in flight, if any, and apply it."""
         if self._averager is not None:
             self._averager.drain()
 
+    @_naming_the_silent_rank
     def average_model(self, model_or_tensors: Any) -> bool:
         """Average over all ranks; afterwards every rank holds the same values (consensus).
 
@@ -212,6 +251,7 @@ class Binding(abc.ABC):
         self._exchanges_since_consensus = 0
         return True
 
+    @_naming_the_silent_rank
     def finish(self, model_or_tensors: Any, average: bool = True) -> None:
         """Leave the Group Generator at the end of training, then (by default) average globally.
 

@@ -1,4 +1,4 @@
-"""The Group Generator service: a TCP server thread on rank 0 and the client every rank uses.
+"""The Group Generator service: one server thread on rank 0 and the client every rank uses.
 
 >>> from horovod_prague.common.strategies import AllreduceStrategy
 >>> from horovod_prague.common.topology import Topology
@@ -10,30 +10,102 @@
 ...     with GroupGeneratorClient(*server.address, token, rank=1, timeout=5) as client:
 ...         client.hello("f")
 ...         client.next_group()
+2
 (0, 1)
+
+The server serves every connection from one thread with ``selectors``. A connection must
+greet and say ``hello`` within ``handshake_timeout``; ``hello`` binds it to one rank, and a
+rank has at most one live connection (a second one is refused, not swapped in; once the first
+is closed the rank may connect again). Anything else before ``hello``, a bad frame, or a
+request naming another rank is counted in ``rejected`` and closes the connection.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
+import logging
+import math
+import selectors
 import socket
 import threading
+import time
 from typing import Any
 
 from .group_generator import GroupGenerator
 from .protocol import (
+    MAX_FRAME,
+    MAX_HELLO_FRAME,
+    MAX_REPLY,
     OPS,
-    VERSION,
+    Channel,
     CoordinatorTimeout,
     ProtocolError,
+    greet,
     receive,
-    send,
 )
 from .strategies import Group
 
+log = logging.getLogger(__name__)
+
+REJECTED = (
+    "malformed",
+    "truncated",
+    "version",
+    "oversized",
+    "bad_mac",
+    "out_of_sequence",
+    "before_hello",
+    "rank_taken",
+    "rank_mismatch",
+)
+"""Why frames are rejected: the keys of ``GroupGeneratorServer.rejected``."""
+DROPPED = ("handshake_timeout", "idle_timeout", "stalled", "evicted")
+"""Why connections are cut without a bad frame: the keys of ``GroupGeneratorServer.dropped``."""
+_OUT_LIMIT = 64 * 1024
+_WAKE = object()
+
+
+class _Refused(Exception):
+    """A request the server refuses.
+
+    ``reason``: the ``REJECTED`` key to count it under, or None (not a bad frame). The
+    connection is closed after the reply if there is a reason or ``close`` is set.
+    """
+
+    def __init__(self, message: str, reason: str | None = None, close: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.close = close or reason is not None
+
+
+class _Connection:
+    """The server's state for one accepted socket."""
+
+    def __init__(self, sock: socket.socket, token: bytes, now: float) -> None:
+        self.sock = sock
+        self.channel = Channel(token, "server", limit=MAX_HELLO_FRAME)
+        self.out = bytearray(self.channel.greeting())
+        self.rank: int | None = None
+        self.accepted = now
+        self.active = now
+        self.partial_since: float | None = None
+        self.blocked_since: float | None = None
+        self.closing = False
+        self.events = selectors.EVENT_READ
+
 
 class GroupGeneratorServer:
-    """Serves a GroupGenerator to every rank (rank 0 included) from a daemon thread."""
+    """Serves a GroupGenerator to every rank (rank 0 included) from one daemon thread.
+
+    ``handshake_timeout``: seconds a connection has to greet and say hello, and a frame has to
+    arrive (or a reply to leave) once begun. ``idle_timeout``: seconds a rank's connection may
+    stay silent between requests (None: as long as the job runs; dead hosts are found by TCP
+    keepalive). ``max_pending``: connections without hello kept at once, the oldest cut to
+    admit a new one (default: the job's size plus 64, so that every rank can connect at once).
+    ``rejected`` and ``dropped`` count, per reason, the frames refused and the connections cut
+    by these limits; ``generator_errors`` the exceptions the generator raised.
+    """
 
     def __init__(
         self,
@@ -42,15 +114,40 @@ class GroupGeneratorServer:
         fingerprint: str,
         host: str = "127.0.0.1",
         port: int = 0,
+        *,
+        handshake_timeout: float = 5.0,
+        idle_timeout: float | None = None,
+        max_pending: int | None = None,
     ) -> None:
+        if not handshake_timeout > 0 or (idle_timeout is not None and not idle_timeout > 0):
+            raise ValueError("handshake_timeout and idle_timeout must be positive seconds")
+        if max_pending is None:
+            max_pending = generator.size + 64
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
         self.generator = generator
         self.token = token
         self.fingerprint = fingerprint
+        self.handshake_timeout = handshake_timeout
+        self.idle_timeout = idle_timeout
+        self.max_pending = max_pending
+        self.rejected: collections.Counter[str] = collections.Counter(dict.fromkeys(REJECTED, 0))
+        self.dropped: collections.Counter[str] = collections.Counter(dict.fromkeys(DROPPED, 0))
+        self.generator_errors = 0
+        self._scan_every = min(1.0, handshake_timeout / 10, (idle_timeout or math.inf) / 10)
         self._listener = socket.create_server((host, port))
-        self._connections: set[socket.socket] = set()
-        self._lock = threading.Lock()
+        self._listener.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._connections: set[_Connection] = set()
+        self._pending: dict[_Connection, None] = {}
+        self._ranks: dict[int, _Connection] = {}
+        self._listening = True
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="prague-gg", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="prague-gg", daemon=True)
         self._thread.start()
 
     @property
@@ -58,13 +155,21 @@ class GroupGeneratorServer:
         host, port = self._listener.getsockname()[:2]
         return host, port
 
+    @property
+    def connections(self) -> int:
+        """Connections open now, with or without hello."""
+        return len(self._connections)
+
     def close(self) -> None:
+        if self._closed.is_set():
+            return
         self._closed.set()
-        _quiet_close(self._listener)
-        with self._lock:
-            for conn in list(self._connections):
-                _quiet_close(conn)
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
         self._thread.join(timeout=5)
+        self._wake_w.close()
 
     def __enter__(self) -> GroupGeneratorServer:
         return self
@@ -72,74 +177,256 @@ class GroupGeneratorServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                self._connections.add(conn)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="prague-gg-conn", daemon=True
-            ).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def _run(self) -> None:
+        next_scan = time.monotonic() + self._scan_every
         try:
             while not self._closed.is_set():
-                try:
-                    message = receive(conn, self.token)
-                except ProtocolError as e:
-                    send(conn, {"v": VERSION, "id": None, "ok": False, "error": str(e)}, self.token)
-                    return
-                if message is None:
-                    return
-                send(conn, self._reply(message), self.token)
-        except OSError:
-            return
+                events = self._selector.select(max(0.0, next_scan - time.monotonic()))
+                for key, mask in events:
+                    if key.data is None:
+                        self._accept()
+                    elif key.data is _WAKE:
+                        self._drain_wake()
+                    else:
+                        self._service(key.data, mask)
+                now = time.monotonic()
+                if now >= next_scan:
+                    self._expire(now)
+                    next_scan = now + self._scan_every
         finally:
-            with self._lock:
-                self._connections.discard(conn)
-            _quiet_close(conn)
+            for conn in list(self._connections):
+                self._drop(conn)
+            self._selector.close()
+            _quiet_close(self._listener)
+            self._wake_r.close()
 
-    def _reply(self, message: dict[str, Any]) -> dict[str, Any]:
-        reply: dict[str, Any] = {"v": VERSION, "id": message.get("id"), "ok": True}
+    def _drain_wake(self) -> None:
         try:
-            reply.update(self._dispatch(message))
-        except (ValueError, TypeError, KeyError) as e:
+            self._wake_r.recv(64)
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                # Out of descriptors or similar: stop accepting until the next scan.
+                log.warning("Prague Group Generator: accept failed: %s", e)
+                if self._listening:
+                    self._selector.unregister(self._listener)
+                    self._listening = False
+                return
+            try:
+                sock.setblocking(False)
+                _tune(sock)
+            except OSError:
+                _quiet_close(sock)
+                continue
+            if len(self._pending) >= self.max_pending:
+                self.dropped["evicted"] += 1
+                self._drop(next(iter(self._pending)))
+            conn = _Connection(sock, self.token, time.monotonic())
+            self._connections.add(conn)
+            self._pending[conn] = None
+            self._selector.register(sock, conn.events, conn)
+            self._flush(conn)
+
+    def _service(self, conn: _Connection, mask: int) -> None:
+        if conn not in self._connections:
+            return  # dropped earlier in this round
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(conn)
+            if conn not in self._connections or conn.closing or not mask & selectors.EVENT_READ:
+                return
+            data = conn.sock.recv(MAX_FRAME if conn.rank is not None else MAX_HELLO_FRAME)
+            if not data:
+                if conn.channel.buffered:
+                    self.rejected["truncated"] += 1
+                self._drop(conn)
+                return
+            conn.active = time.monotonic()
+            self._process(conn, data)
+            self._flush(conn)
+        except OSError:
+            self._drop(conn)
+        except Exception:
+            log.exception("Prague Group Generator: unexpected error on a connection")
+            self._drop(conn)
+
+    def _process(self, conn: _Connection, data: bytes = b"") -> None:
+        """Take in ``data``; answer the complete frames, while the replies waiting stay small."""
+        try:
+            conn.channel.feed(data)
+        except ProtocolError as e:
+            self._reject(conn, e.reason, str(e), answer=False)
+            return
+        while not conn.closing and len(conn.out) < _OUT_LIMIT:
+            try:
+                message = conn.channel.receive()
+            except ProtocolError as e:
+                self._reject(conn, e.reason, str(e), answer=conn.rank is not None)
+                return
+            if message is None:
+                break
+            conn.out += conn.channel.seal(self._reply(conn, message))
+        conn.partial_since = (conn.partial_since or conn.active) if conn.channel.buffered else None
+
+    def _reply(self, conn: _Connection, message: dict[str, Any]) -> dict[str, Any]:
+        request_id = message.get("id")
+        if not isinstance(request_id, int) or isinstance(request_id, bool):
+            request_id = None
+        reply: dict[str, Any] = {"id": request_id, "ok": True}
+        try:
+            if request_id is None:
+                raise _Refused(f"'id' must be an integer, got {message.get('id')!r}", "malformed")
+            reply.update(self._dispatch(conn, message))
+        except _Refused as e:
             reply.update(ok=False, error=str(e))
+            if e.reason is not None:
+                self.rejected[e.reason] += 1
+            if e.close:
+                reply["closing"] = True
+                conn.closing = True
+        except ValueError as e:
+            reply.update(ok=False, error=str(e))
+        except Exception as e:
+            self.generator_errors += 1
+            log.exception("Prague Group Generator: %r failed", message.get("op"))
+            reply.update(ok=False, error=f"the Group Generator failed: {type(e).__name__}: {e}")
         return reply
 
-    def _dispatch(self, message: dict[str, Any]) -> dict[str, Any]:
-        op, rank = message.get("op"), message.get("rank")
-        if op not in OPS:
-            raise ValueError(f"unknown operation {op!r}; known: {', '.join(OPS)}")
-        if not isinstance(rank, int) or isinstance(rank, bool):
-            raise ValueError(f"'rank' must be an integer, got {rank!r}")
-        gg = self.generator
+    def _dispatch(self, conn: _Connection, message: dict[str, Any]) -> dict[str, Any]:
+        op, rank = message.get("op"), message.get("rank", conn.rank)
+        if conn.rank is None:
+            if op != "hello":
+                raise _Refused("the first request must be 'hello'", "before_hello")
+            return self._hello(conn, message)
         if op == "hello":
-            if message.get("fingerprint") != self.fingerprint:
-                raise ValueError(
-                    f"rank {rank} has Prague options {message.get('fingerprint')!r} but rank 0 "
-                    f"has {self.fingerprint!r}: every rank must use the same options"
-                )
-            return {"size": gg.size}
+            raise _Refused(f"this connection already said hello as rank {conn.rank}", "malformed")
+        if rank != conn.rank:
+            raise _Refused(
+                f"this connection is rank {conn.rank}'s; it cannot speak for {rank!r}",
+                "rank_mismatch",
+            )
+        if op not in OPS:
+            raise _Refused(f"unknown operation {op!r}; known: {', '.join(OPS)}")
+        gg = self.generator
         if op == "next":
-            return {"group": list(gg.next_group(rank))}
+            return {"group": list(gg.next_group(conn.rank))}
         if op == "sync":
             sync_id = message.get("sync")
-            if not isinstance(sync_id, int) or sync_id < 1:
-                raise ValueError(f"'sync' must be a positive integer, got {sync_id!r}")
-            groups = gg.sync(rank, sync_id)
+            if not isinstance(sync_id, int) or isinstance(sync_id, bool) or sync_id < 1:
+                raise _Refused(f"'sync' must be a positive integer, got {sync_id!r}")
+            groups = gg.sync(conn.rank, sync_id)
             return {"groups": None if groups is None else [list(g) for g in groups]}
         if op == "finish":
-            return {"groups": [list(g) for g in gg.finish(rank)]}
-        return {"counts": list(gg.counts), "generations": gg.generations}
+            return {"groups": [list(g) for g in gg.finish(conn.rank)]}
+        return {
+            "counts": list(gg.counts),
+            "generations": gg.generations,
+            "silence": gg.silence(),
+            "rejected": dict(self.rejected),
+            "dropped": dict(self.dropped),
+            "generator_errors": self.generator_errors,
+            "connections": len(self._connections),
+        }
+
+    def _hello(self, conn: _Connection, message: dict[str, Any]) -> dict[str, Any]:
+        rank, size = message.get("rank"), self.generator.size
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < size:
+            raise _Refused(f"rank {rank!r} is not in 0..{size - 1}", "malformed")
+        if message.get("fingerprint") != self.fingerprint:
+            raise _Refused(
+                f"rank {rank} has Prague options {message.get('fingerprint')!r} but rank 0 "
+                f"has {self.fingerprint!r}: every rank must use the same options",
+                close=True,
+            )
+        if rank in self._ranks:
+            raise _Refused(f"rank {rank} is already connected", "rank_taken")
+        conn.rank = rank
+        conn.channel.limit = MAX_FRAME
+        self._ranks[rank] = conn
+        del self._pending[conn]
+        return {"size": size}
+
+    def _reject(self, conn: _Connection, reason: str, error: str, answer: bool) -> None:
+        """Count a rejected frame; answer (authenticated peers only) and close."""
+        self.rejected[reason] += 1
+        conn.closing = True
+        if answer and conn.channel.ready:
+            conn.out += conn.channel.seal(
+                {"id": None, "ok": False, "error": error, "closing": True}
+            )
+
+    def _flush(self, conn: _Connection) -> None:
+        if conn.out:
+            try:
+                sent = conn.sock.send(conn.out)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            del conn.out[:sent]
+        if conn.closing and (not conn.out or not conn.channel.ready):
+            self._drop(conn)
+            return
+        if conn.out:
+            conn.blocked_since = conn.blocked_since or time.monotonic()
+            self._watch(conn, selectors.EVENT_WRITE)
+            return
+        conn.blocked_since = None
+        if conn.events != selectors.EVENT_READ:
+            self._watch(conn, selectors.EVENT_READ)
+            # Frames left unanswered while the replies were waiting.
+            self._process(conn)
+            if conn.out or conn.closing:
+                self._flush(conn)
+
+    def _watch(self, conn: _Connection, events: int) -> None:
+        if conn.events != events:
+            conn.events = events
+            self._selector.modify(conn.sock, events, conn)
+
+    def _expire(self, now: float) -> None:
+        if not self._listening:
+            self._selector.register(self._listener, selectors.EVENT_READ, None)
+            self._listening = True
+        for conn in list(self._connections):
+            begun = conn.partial_since or conn.blocked_since
+            if conn.rank is None:
+                late = now - conn.accepted > self.handshake_timeout and "handshake_timeout"
+            elif begun is not None and now - begun > self.handshake_timeout:
+                late = "stalled"
+            else:
+                idle = self.idle_timeout is not None and now - conn.active > self.idle_timeout
+                late = idle and "idle_timeout"
+            if late:
+                self.dropped[late] += 1
+                self._drop(conn)
+
+    def _drop(self, conn: _Connection) -> None:
+        if conn not in self._connections:
+            return
+        self._connections.discard(conn)
+        self._pending.pop(conn, None)
+        if conn.rank is not None and self._ranks.get(conn.rank) is conn:
+            del self._ranks[conn.rank]
+        try:
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        _quiet_close(conn.sock)
 
 
 class GroupGeneratorClient:
-    """One rank's connection to the Group Generator; every request has ``timeout`` seconds."""
+    """One rank's connection to the Group Generator; every request has ``timeout`` seconds.
+
+    After a timeout or any protocol or connection error the connection is closed for good:
+    a late reply could otherwise answer the next request. Later requests raise
+    ConnectionError naming the first error.
+    """
 
     def __init__(self, host: str, port: int, token: bytes, rank: int, timeout: float) -> None:
         self.where = f"{host}:{port}"
@@ -148,6 +435,8 @@ class GroupGeneratorClient:
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._broken: str | None = None
+        self._channel = Channel(token, "client", limit=MAX_REPLY)
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
@@ -157,42 +446,70 @@ class GroupGeneratorClient:
                 "that HOROVOD_PRAGUE_COORDINATOR_ADDR names an address this host can reach."
             ) from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.settimeout(timeout)
+        try:
+            greet(self._sock, self._channel)
+        except TimeoutError:
+            self.close()
+            raise CoordinatorTimeout(
+                f"rank {rank}: the Prague Group Generator at {self.where} did not greet within "
+                f"{timeout:g}s (HOROVOD_PRAGUE_TIMEOUT)"
+            ) from None
+        except (OSError, ProtocolError) as e:
+            self.close()
+            raise ConnectionError(
+                f"rank {rank}: the Prague Group Generator at {self.where} failed the greeting: {e}"
+            ) from None
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         with self._lock:
+            if self._broken is not None:
+                raise ConnectionError(
+                    f"rank {self.rank}: the connection to the Prague Group Generator at "
+                    f"{self.where} was lost after an earlier error ({self._broken}); "
+                    "it is not reopened"
+                )
             request_id = next(self._ids)
-            message = {"v": VERSION, "op": op, "rank": self.rank, "id": request_id, **fields}
             try:
-                send(self._sock, message, self.token)
-                reply = receive(self._sock, self.token)
+                self._sock.sendall(self._channel.seal({"op": op, "id": request_id, **fields}))
+                reply = receive(self._sock, self._channel)
             except TimeoutError:
+                self._break(f"{op!r} timed out after {self.timeout:g}s")
                 raise CoordinatorTimeout(
                     f"rank {self.rank}: the Prague Group Generator at {self.where} did not "
                     f"answer {op!r} within {self.timeout:g}s (HOROVOD_PRAGUE_TIMEOUT)"
                 ) from None
             except OSError as e:
+                self._break(f"{op!r} failed: {e}")
                 raise ConnectionError(
                     f"rank {self.rank}: lost the connection to the Prague Group Generator at "
                     f"{self.where} during {op!r}: {e}"
                 ) from None
-        if reply is None:
-            raise ConnectionError(
-                f"rank {self.rank}: the Prague Group Generator at {self.where} closed the "
-                f"connection during {op!r} (has rank 0 exited?)"
-            )
-        if not reply.get("ok"):
-            raise RuntimeError(
-                f"rank {self.rank}: the Prague Group Generator refused {op!r}: {reply.get('error')}"
-            )
-        if reply.get("id") != request_id:
-            raise ProtocolError(
-                f"reply id {reply.get('id')!r} does not match request id {request_id}"
-            )
+            except ProtocolError as e:
+                self._break(f"{op!r} got a bad reply: {e}")
+                raise
+            if reply is None:
+                self._break(f"the server closed the connection during {op!r}")
+                raise ConnectionError(
+                    f"rank {self.rank}: the Prague Group Generator at {self.where} closed the "
+                    f"connection during {op!r} (wrong job token, or has rank 0 exited?)"
+                )
+            if reply.get("closing"):
+                self._break(f"the server refused {op!r}: {reply.get('error')}")
+            if not reply.get("ok"):
+                raise RuntimeError(
+                    f"rank {self.rank}: the Prague Group Generator refused {op!r}: "
+                    f"{reply.get('error')}"
+                )
+            if reply.get("id") != request_id:
+                self._break(f"reply id {reply.get('id')!r} to request {request_id}")
+                raise ProtocolError(
+                    f"reply id {reply.get('id')!r} does not match request id {request_id}"
+                )
         return reply
 
-    def hello(self, fingerprint: str) -> None:
-        self.request("hello", fingerprint=fingerprint)
+    def hello(self, fingerprint: str) -> int:
+        """Bind this connection to ``rank``; the job's size."""
+        return self.request("hello", rank=self.rank, fingerprint=fingerprint)["size"]
 
     def next_group(self) -> Group:
         return tuple(self.request("next")["group"])
@@ -210,11 +527,24 @@ class GroupGeneratorClient:
     def close(self) -> None:
         _quiet_close(self._sock)
 
+    def _break(self, reason: str) -> None:
+        self._broken = reason
+        self.close()
+
     def __enter__(self) -> GroupGeneratorClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _tune(sock: socket.socket) -> None:
+    """No Nagle delay; TCP keepalive finds a vanished peer within about two minutes."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def _quiet_close(sock: socket.socket) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 
 from .strategies import Group, GroupStrategy
 
@@ -42,6 +43,7 @@ class GroupGenerator:
         self.syncs: dict[int, bool] = {}
         self.arrived: dict[int, set[int]] = collections.defaultdict(set)
         self.generations = 0
+        self.last_asked = [time.monotonic()] * size
         self._lock = threading.Lock()
 
     def next_group(self, rank: int) -> Group:
@@ -128,6 +130,16 @@ class GroupGenerator:
                 for member in group:
                     self.buffers[member].append(group)
 
+    def silence(self) -> list[float]:
+        """Seconds since each rank last asked for anything (since start, if never).
+
+        A rank that stopped stepping stops asking; so do the ranks waiting in its groups, but
+        later: the longest silence points at the rank that holds the others up.
+        """
+        now = time.monotonic()
+        return [round(now - t, 3) for t in self.last_asked]
+
     def _check(self, rank: int) -> None:
         if not (isinstance(rank, int) and 0 <= rank < self.size):
             raise ValueError(f"rank {rank!r} is not in 0..{self.size - 1}")
+        self.last_asked[rank] = time.monotonic()

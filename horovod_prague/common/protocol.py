@@ -1,35 +1,59 @@
-"""The wire protocol between ranks and the Group Generator (version 1).
+"""The wire protocol between ranks and the Group Generator (version 2).
 
-A frame is a 4-byte big-endian length, then that many bytes: a 32-byte HMAC-SHA256 of the body
-under the job's token, then the body, a UTF-8 JSON object. Requests carry ``v`` (protocol
-version), ``op``, ``rank`` and ``id`` (echoed in the reply); replies carry ``v``, ``id``, ``ok``
-and either the result or ``error``. docs/design.md lists the operations.
+Each side opens with a greeting: ``PRGG``, the version byte, then a fresh 16-byte random
+nonce. Then frames: a 4-byte big-endian length, then that many bytes: the frame's 8-byte
+big-endian sequence number, a 32-byte HMAC-SHA256 under the job's token, and the body, a UTF-8
+JSON object. The MAC covers the protocol version, both nonces (the server's first), the
+direction and the sequence number as well as the body, so a frame is accepted only on the
+connection, in the direction and at the position it was made for: frames are numbered 0, 1,
+2, ... in each direction, and a replayed, reordered, reflected or transplanted frame fails.
+docs/design.md lists the operations and the limits.
 
     >>> token = new_token()
-    >>> frame = encode({"v": 1, "op": "next", "rank": 0, "id": 1}, token)
-    >>> decode(frame[4:], token)["op"]
-    'next'
+    >>> client, server = Channel(token, "client"), Channel(token, "server")
+    >>> server.feed(client.greeting())
+    >>> client.feed(server.greeting())
+    >>> server.feed(client.seal({"op": "next", "id": 1}))
+    >>> server.receive()
+    {'op': 'next', 'id': 1}
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import secrets
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
-VERSION = 1
-MAX_FRAME = 1 << 20
+VERSION = 2
+MAGIC = b"PRGG"
+NONCE_SIZE = 16
+GREETING_SIZE = len(MAGIC) + 1 + NONCE_SIZE
+MAX_FRAME = 64 * 1024
+"""The largest frame length (sequence number, MAC and body) accepted once a rank has said hello."""
+MAX_HELLO_FRAME = 4 * 1024
+"""The largest frame length accepted before hello."""
+MAX_REPLY = 4 * 1024 * 1024
+"""The largest frame length a client accepts: ``stats`` and ``sync`` replies grow with the job."""
 OPS = ("hello", "next", "sync", "finish", "stats")
-_HEADER = struct.Struct(">I")
+_LENGTH = struct.Struct(">I")
+_SEQ = struct.Struct(">Q")
 _MAC_SIZE = 32
+MIN_FRAME = _SEQ.size + _MAC_SIZE
+_DOMAIN = b"prague-gg"
+_TO_SERVER, _TO_CLIENT = b"C", b"S"
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 class ProtocolError(RuntimeError):
-    """A malformed, unauthenticated or unexpected message."""
+    """A malformed, unauthenticated or unexpected message; ``reason`` is a short counter key."""
+
+    def __init__(self, message: str, reason: str = "malformed") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class CoordinatorTimeout(TimeoutError):
@@ -41,56 +65,169 @@ def new_token() -> bytes:
     return secrets.token_bytes(32)
 
 
-def encode(message: dict[str, Any], token: bytes) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
-    mac = hmac.new(token, body, hashlib.sha256).digest()
-    return _HEADER.pack(len(mac) + len(body)) + mac + body
+class Channel:
+    """One end of one connection: the peer's greeting, then frames checked in order.
+
+    Pure bookkeeping, no socket: ``feed`` it the bytes received, ``receive`` the messages out
+    of them, ``seal`` the messages to send. ``limit`` is the largest frame length accepted;
+    after a ProtocolError the channel refuses everything.
+    """
+
+    def __init__(
+        self, token: bytes, side: str, limit: int = MAX_FRAME, nonce: bytes | None = None
+    ) -> None:
+        if side not in ("client", "server"):
+            raise ValueError(f"side must be 'client' or 'server', got {side!r}")
+        self.token = token
+        self.side = side
+        self.limit = limit
+        self.nonce = secrets.token_bytes(NONCE_SIZE) if nonce is None else nonce
+        if len(self.nonce) != NONCE_SIZE:
+            raise ValueError(f"a nonce has {NONCE_SIZE} bytes, got {len(self.nonce)}")
+        self.sent = 0
+        self.received = 0
+        self._buffer = bytearray()
+        self._failed: ProtocolError | None = None
+        self._send_prefix = b""
+        self._receive_prefix = b""
+
+    @property
+    def ready(self) -> bool:
+        """Whether the peer's greeting has arrived (frames can be sealed)."""
+        return bool(self._receive_prefix)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet consumed: a partial greeting or frame."""
+        return len(self._buffer)
+
+    def greeting(self) -> bytes:
+        """The bytes this side opens the connection with."""
+        return MAGIC + bytes([VERSION]) + self.nonce
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes received; the peer's greeting is checked as soon as it is complete."""
+        if self._failed is not None:
+            raise self._failed
+        self._buffer += data
+        if not self.ready:
+            self._guarded(self._greeting)
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next message, or None until the bytes fed hold a complete frame."""
+        return self._guarded(self._receive)
+
+    def _guarded(self, step: Callable[[], Any]) -> Any:
+        if self._failed is not None:
+            raise self._failed
+        try:
+            return step()
+        except ProtocolError as e:
+            self._failed = e
+            self._buffer.clear()
+            raise
+
+    def seal(self, message: dict[str, Any]) -> bytes:
+        """``message`` as the next frame to send, length included."""
+        if not self.ready:
+            raise ProtocolError("cannot send before the peer's greeting", "state")
+        body = _ENCODER.encode(message).encode()
+        seq = _SEQ.pack(self.sent)
+        mac = hmac.digest(self.token, self._send_prefix + seq + body, "sha256")
+        self.sent += 1
+        return _LENGTH.pack(len(seq) + len(mac) + len(body)) + seq + mac + body
+
+    def _greeting(self) -> None:
+        buf = self._buffer
+        if buf[: len(MAGIC)] != MAGIC[: len(buf)]:
+            raise ProtocolError("not a Prague Group Generator greeting", "malformed")
+        if len(buf) < GREETING_SIZE:
+            return
+        if buf[len(MAGIC)] != VERSION:
+            raise ProtocolError(
+                f"protocol version mismatch: the peer speaks {buf[len(MAGIC)]}, this side "
+                f"speaks {VERSION}",
+                "version",
+            )
+        self._start(bytes(buf[len(MAGIC) + 1 : GREETING_SIZE]))
+        del buf[:GREETING_SIZE]
+
+    def _receive(self) -> dict[str, Any] | None:
+        buf = self._buffer
+        if not self.ready:
+            return None
+        if len(buf) < _LENGTH.size:
+            return None
+        (length,) = _LENGTH.unpack_from(buf)
+        if length > self.limit:
+            raise ProtocolError(
+                f"frame of {length} bytes exceeds the limit {self.limit}", "oversized"
+            )
+        if length < MIN_FRAME:
+            raise ProtocolError(f"frame of {length} bytes is shorter than its header", "malformed")
+        end = _LENGTH.size + length
+        if len(buf) < end:
+            return None
+        frame = bytes(memoryview(buf)[_LENGTH.size : end])
+        del buf[:end]
+        return self._open(frame)
+
+    def _start(self, peer_nonce: bytes) -> None:
+        if self.side == "server":
+            server, client, send, receive = self.nonce, peer_nonce, _TO_CLIENT, _TO_SERVER
+        else:
+            server, client, send, receive = peer_nonce, self.nonce, _TO_SERVER, _TO_CLIENT
+        common = _DOMAIN + bytes([VERSION]) + server + client
+        self._send_prefix = common + send
+        self._receive_prefix = common + receive
+
+    def _open(self, frame: bytes) -> dict[str, Any]:
+        seq_bytes, mac, body = frame[: _SEQ.size], frame[_SEQ.size : MIN_FRAME], frame[MIN_FRAME:]
+        expected = hmac.digest(self.token, self._receive_prefix + seq_bytes + body, "sha256")
+        if not hmac.compare_digest(mac, expected):
+            raise ProtocolError(
+                "frame failed authentication (wrong job token, or made for another connection "
+                "or direction)",
+                "bad_mac",
+            )
+        (seq,) = _SEQ.unpack(seq_bytes)
+        if seq != self.received:
+            raise ProtocolError(
+                f"frame {seq} arrived where frame {self.received} was due (replayed or reordered)",
+                "out_of_sequence",
+            )
+        self.received += 1
+        try:
+            message = json.loads(body.decode("utf-8"))
+        except (ValueError, RecursionError):
+            raise ProtocolError("frame body is not valid UTF-8 JSON", "malformed") from None
+        if not isinstance(message, dict):
+            raise ProtocolError("frame body is not a JSON object", "malformed")
+        return message
 
 
-def decode(payload: bytes, token: bytes) -> dict[str, Any]:
-    """Check the HMAC and parse the body of one frame (without its length header)."""
-    if len(payload) < _MAC_SIZE:
-        raise ProtocolError(f"malformed message: {len(payload)} bytes is shorter than its MAC")
-    mac, body = payload[:_MAC_SIZE], payload[_MAC_SIZE:]
-    if not hmac.compare_digest(mac, hmac.new(token, body, hashlib.sha256).digest()):
-        raise ProtocolError("message failed authentication: wrong job token")
-    try:
-        message = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"malformed message body: {e}") from None
-    if not isinstance(message, dict):
-        raise ProtocolError("malformed message: the body is not a JSON object")
-    if message.get("v") != VERSION:
-        raise ProtocolError(
-            f"protocol version mismatch: got {message.get('v')!r}, this side speaks {VERSION}"
-        )
-    return message
+def greet(sock: socket.socket, channel: Channel) -> None:
+    """Exchange greetings over a blocking ``sock``."""
+    sock.sendall(channel.greeting())
+    while not channel.ready:
+        data = sock.recv(GREETING_SIZE)
+        if not data:
+            raise ProtocolError("connection closed before the greeting", "truncated")
+        channel.feed(data)
 
 
-def send(sock: socket.socket, message: dict[str, Any], token: bytes) -> None:
-    sock.sendall(encode(message, token))
-
-
-def receive(sock: socket.socket, token: bytes) -> dict[str, Any] | None:
-    """One message from ``sock``, or None when the peer closed the connection cleanly."""
-    header = _read_exactly(sock, _HEADER.size, allow_eof=True)
-    if header is None:
-        return None
-    (length,) = _HEADER.unpack(header)
-    if not _MAC_SIZE <= length <= MAX_FRAME:
-        raise ProtocolError(f"malformed message: frame length {length} out of range")
-    payload = _read_exactly(sock, length, allow_eof=False)
-    assert payload is not None
-    return decode(payload, token)
-
-
-def _read_exactly(sock: socket.socket, n: int, allow_eof: bool) -> bytes | None:
-    chunks = bytearray()
-    while len(chunks) < n:
-        chunk = sock.recv(n - len(chunks))
-        if not chunk:
-            if allow_eof and not chunks:
-                return None
-            raise ProtocolError(f"connection closed in the middle of a message ({len(chunks)}/{n})")
-        chunks += chunk
-    return bytes(chunks)
+def receive(sock: socket.socket, channel: Channel) -> dict[str, Any] | None:
+    """The next message from a blocking ``sock``, or None when the peer closed it cleanly."""
+    while True:
+        message = channel.receive()
+        if message is not None:
+            return message
+        data = sock.recv(MAX_FRAME)
+        if not data:
+            if channel.buffered:
+                raise ProtocolError(
+                    f"connection closed in the middle of a message ({channel.buffered} bytes)",
+                    "truncated",
+                )
+            return None
+        channel.feed(data)

@@ -18,6 +18,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
+from .agreement import check_before_init
 from .config import PragueConfig
 from .coordinator import GroupGeneratorClient, GroupGeneratorServer
 from .group_generator import GroupGenerator
@@ -136,13 +137,20 @@ def initialize(
             "Horovod is already initialized; Prague must register its process sets in "
             "hvd.init, so call horovod_prague's init() instead of Horovod's"
         )
+    check_before_init(config.agreed(), config.timeout)
     announced = Topology.from_env()
     strategy = make_strategy(config, announced) if announced else None
     registered: list[Any] | None = None
-    user_sets = list(horovod_kwargs.pop("process_sets", None) or [])
-    if strategy is not None:
-        registered = [hvd.ProcessSet(list(g)) for g in strategy.groups()]
-    else:
+    user_sets = horovod_kwargs.pop("process_sets", None) or []
+    if user_sets == "dynamic":  # Horovod's dynamic process sets: Prague adds its sets after init
+        horovod_kwargs["process_sets"] = "dynamic"
+        user_sets, strategy = [], None
+    elif strategy is not None:
+        # A user's set with the ranks of a Prague group serves both: Horovod refuses two sets
+        # with the same ranks.
+        by_ranks = {tuple(sorted(s.ranks)): s for s in user_sets}
+        registered = [by_ranks.get(g) or hvd.ProcessSet(list(g)) for g in strategy.groups()]
+    if strategy is None and horovod_kwargs.get("process_sets") != "dynamic":
         warnings.warn(
             "the launcher did not announce the job's size (HOROVOD_SIZE or "
             "OMPI_COMM_WORLD_SIZE); Prague falls back to Horovod's slower dynamic "
@@ -151,7 +159,10 @@ def initialize(
         )
         os.environ[DYNAMIC_SETS_VAR] = "1"
     try:
-        hvd.init(process_sets=user_sets + (registered or []), **horovod_kwargs)
+        if horovod_kwargs.get("process_sets") != "dynamic":
+            new_sets = [s for s in registered or [] if all(s is not u for u in user_sets)]
+            horovod_kwargs["process_sets"] = [*user_sets, *new_sets]
+        hvd.init(**horovod_kwargs)
     except ValueError as e:
         raise RuntimeError(
             f"{e} With Prague this is most often options that differ between ranks, so the "
@@ -159,9 +170,9 @@ def initialize(
         ) from e
     _check_agreement(hvd, config)
     topology = _topology(hvd)
-    if strategy is None or topology != announced:
-        if announced is not None:
-            raise RuntimeError(f"the launcher announced {announced}, Horovod reports {topology}")
+    if announced is not None and topology != announced:
+        raise RuntimeError(f"the launcher announced {announced}, Horovod reports {topology}")
+    if strategy is None:
         strategy = make_strategy(config, topology)
     return PragueRuntime(hvd, config, strategy, registered)
 
@@ -194,10 +205,13 @@ def _describe(config: PragueConfig) -> str:
 
 
 def _addresses(config: PragueConfig, topology: Topology) -> tuple[str, str]:
-    """(bind address, address advertised to the other ranks) for the Group Generator."""
+    """(bind address, address advertised to the other ranks) for the Group Generator.
+
+    The same address: the server listens only where the other ranks are told to connect.
+    """
     if config.coordinator_addr:
-        return "0.0.0.0", config.coordinator_addr
+        return config.coordinator_addr, config.coordinator_addr
     if topology.cross_size == 1:
         return "127.0.0.1", "127.0.0.1"
-    host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
-    return "0.0.0.0", socket.gethostbyname(host)
+    address = socket.gethostbyname(os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())
+    return address, address

@@ -55,3 +55,24 @@ def test_horovods_process_sets_argument_works_with_prague(tmp_path, variant):
         assert any(len(g) == 2 for g in rep["groups"]), rep
         if variant == "user-set" and rep["rank"] in (0, 1):
             assert rep["own_sum"] == 2.0, rep
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+def test_a_hung_rank_stops_the_others_with_an_error_naming_it(tmp_path, victim):
+    """Rank ``victim`` stops stepping (rank 0 holds the Group Generator). Every other rank
+    stops within the Prague timeout (6 s) with an error naming its group and, since ranks
+    waiting for the victim hold up others in turn, naming the victim as the rank that has
+    not asked the Group Generator for anything for the longest time (or, for rank 0, as the
+    rank whose Group Generator stopped answering)."""
+    job = run_ranks("hung_rank.py", tmp_path, np=4, args=(str(victim),), timeout=150)
+    survivors = [r for r in job.reports if r["rank"] != victim]
+    assert len(survivors) == 3, job.output[-3000:]
+    for rep in survivors:
+        assert rep["error"] == "GroupWaitTimeout", rep
+        assert "did not complete within 6 s" in rep["message"], rep
+        named = f"Rank {victim} last asked the Group Generator" in rep["message"]
+        # Once a survivor has exited, rank 0's Horovod may go down with its Group Generator.
+        if victim == 0 and not named:
+            named = "rank 0 may be the one that stopped" in rep["message"]
+        assert named, rep
+        assert rep["after"] < 6.0 * 3, rep

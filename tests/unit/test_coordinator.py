@@ -1,8 +1,9 @@
-"""The Group Generator service over TCP: protocol, authentication, errors and timeouts."""
+"""The Group Generator service over TCP: protocol, authentication, limits, errors and timeouts."""
 
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -10,16 +11,20 @@ from horovod_prague.common import protocol
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.coordinator import GroupGeneratorClient, GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
-from horovod_prague.common.strategies import make_strategy
+from horovod_prague.common.runtime import _addresses
+from horovod_prague.common.strategies import AllreduceStrategy, make_strategy
 from horovod_prague.common.topology import Topology
 
 TOKEN = b"k" * 32
 
 
+def generator(size=4):
+    return GroupGenerator(make_strategy(PragueConfig(strategy="static"), Topology(size, 2)))
+
+
 @pytest.fixture
 def server():
-    gg = GroupGenerator(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
-    with GroupGeneratorServer(gg, TOKEN, fingerprint="fp") as srv:
+    with GroupGeneratorServer(generator(), TOKEN, fingerprint="fp") as srv:
         yield srv
 
 
@@ -28,15 +33,81 @@ def client(server, rank=0, token=TOKEN, timeout=5.0):
     return GroupGeneratorClient(host, port, token, rank, timeout)
 
 
+class Raw:
+    """A hand-driven connection: it greets, then sends what the test says, frames or bytes."""
+
+    def __init__(self, server, token=TOKEN, greet=True):
+        self.sock = socket.create_connection(server.address, timeout=5)
+        self.channel = protocol.Channel(token, "client")
+        self.received = bytearray()
+        if greet:
+            protocol.greet(self.sock, self.channel)
+
+    def send(self, **message):
+        """Seal and send ``message``; the frame's bytes."""
+        frame = self.channel.seal(message)
+        self.sock.sendall(frame)
+        return frame
+
+    def receive(self):
+        """The next reply (its bytes are kept in ``received``), or None at EOF."""
+        while (message := self.channel.receive()) is None:
+            data = self.sock.recv(4096)
+            if not data:
+                return None
+            self.received += data
+            self.channel.feed(data)
+        return message
+
+    def ask(self, **message):
+        self.send(**message)
+        return self.receive()
+
+    def hello(self, rank):
+        reply = self.ask(op="hello", id=0, rank=rank, fingerprint="fp")
+        assert reply["ok"], reply
+
+    def closed_within(self, seconds):
+        """Whether the server closes this connection within ``seconds``; what else it sent
+        (its greeting, if this side did not read it) is left in ``tail``."""
+        self.tail = b""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(4096)
+            except ConnectionResetError:
+                return True
+            except TimeoutError:
+                return False
+            if not data:
+                return True
+            self.tail += data
+        return False
+
+    def close(self):
+        self.sock.close()
+
+
+def wait_for(predicate, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def test_requests_from_several_ranks(server):
     clients = [client(server, r) for r in range(4)]
     for c in clients:
-        c.hello("fp")
+        assert c.hello("fp") == 4
     assert [c.next_group() for c in clients] == [(0, 1), (0, 1), (2, 3), (2, 3)]
     assert clients[0].sync(1) == [(0, 1, 2, 3)]
     assert clients[3].finish() == [(0, 1, 2, 3)]
     assert clients[1].sync(2) is None
-    assert clients[2].stats()["counts"] == [1, 1, 1, 1]
+    stats = clients[2].stats()
+    assert stats["counts"] == [1, 1, 1, 1] and len(stats["silence"]) == 4
 
 
 def test_concurrent_clients_get_consistent_groups(server):
@@ -44,6 +115,7 @@ def test_concurrent_clients_get_consistent_groups(server):
 
     def ask(rank):
         with client(server, rank) as c:
+            c.hello("fp")
             results[rank] = [c.next_group() for _ in range(50)]
 
     threads = [threading.Thread(target=ask, args=(r,)) for r in range(4)]
@@ -57,55 +129,229 @@ def test_concurrent_clients_get_consistent_groups(server):
 
 
 def test_mismatched_options_are_refused(server):
+    c = client(server)
     with pytest.raises(RuntimeError, match="every rank must use the same options"):
-        client(server).hello("other")
+        c.hello("other")
+    with pytest.raises(ConnectionError, match="lost after an earlier error"):
+        c.next_group()
 
 
-def test_wrong_token_is_rejected(server):
-    with pytest.raises(protocol.ProtocolError, match="failed authentication"):
-        client(server, token=b"x" * 32).next_group()
+def test_wrong_token_is_rejected_counted_and_not_answered(server):
+    with pytest.raises(ConnectionError, match="closed the connection during 'hello'"):
+        client(server, token=b"x" * 32).hello("fp")
+    assert server.rejected["bad_mac"] == 1
+    with client(server) as c:
+        c.hello("fp")
+        assert c.stats()["rejected"]["bad_mac"] == 1
 
 
 def test_bad_requests_get_errors_that_name_the_problem(server):
     c = client(server)
+    c.hello("fp")
     with pytest.raises(RuntimeError, match="unknown operation 'jump'"):
         c.request("jump")
-    with pytest.raises(RuntimeError, match=r"rank 9 is not in 0..3"):
-        GroupGeneratorClient(*server.address, TOKEN, 9, 5).next_group()
     with pytest.raises(RuntimeError, match="'sync' must be a positive integer"):
         c.request("sync", sync="x")
+    assert c.next_group() == (0, 1)  # still served
+    with pytest.raises(RuntimeError, match=r"rank 9 is not in 0..3"):
+        GroupGeneratorClient(*server.address, TOKEN, 9, 5).hello("fp")
 
 
-def test_malformed_frame_gets_an_error_reply(server):
-    with socket.create_connection(server.address, timeout=5) as s:
-        s.sendall(struct.pack(">I", 40) + b"\x00" * 40)
-        reply = protocol.receive(s, TOKEN)
-    assert reply["ok"] is False and "authentication" in reply["error"]
-    with socket.create_connection(server.address, timeout=5) as s:
-        s.sendall(struct.pack(">I", 1 << 30))
-        reply = protocol.receive(s, TOKEN)
-    assert "frame length" in reply["error"]
+def test_a_replayed_frame_on_a_new_connection_is_rejected_and_counted(server):
+    first = Raw(server)
+    hello = first.send(op="hello", id=0, rank=1, fingerprint="fp")
+    assert first.receive()["ok"]
+    next_frame = first.send(op="next", id=1)
+    assert first.receive()["group"] == [0, 1]
+    for captured in (hello, next_frame):
+        replay = Raw(server)
+        replay.sock.sendall(captured)
+        assert replay.closed_within(5) and replay.tail == b""
+    assert server.rejected["bad_mac"] == 2
+    assert first.ask(op="next", id=2)["ok"]  # the genuine connection is unaffected
 
 
-def test_decode_rejects_garbage_and_old_versions():
-    body = b"not json"
-    import hashlib
-    import hmac
+def test_a_frame_replayed_or_reflected_on_its_own_connection_is_rejected(server):
+    raw = Raw(server)
+    raw.hello(1)
+    frame = raw.send(op="next", id=1)
+    assert raw.receive()["ok"]
+    raw.sock.sendall(frame)
+    reply = raw.receive()
+    assert reply == {"id": None, "ok": False, "error": reply["error"], "closing": True}
+    assert "replayed or reordered" in reply["error"]
+    assert raw.closed_within(5)
+    assert server.rejected["out_of_sequence"] == 1
 
-    mac = hmac.new(TOKEN, body, hashlib.sha256).digest()
-    with pytest.raises(protocol.ProtocolError, match="malformed message body"):
-        protocol.decode(mac + body, TOKEN)
-    frame = protocol.encode({"v": 0, "op": "next"}, TOKEN)
-    with pytest.raises(protocol.ProtocolError, match="version mismatch"):
-        protocol.decode(frame[4:], TOKEN)
+    raw = Raw(server)
+    raw.hello(2)
+    raw.sock.sendall(bytes(raw.received))  # the server's own reply, sent back
+    assert "failed authentication" in raw.receive()["error"]
+    assert server.rejected["bad_mac"] == 1
 
 
-def test_silent_coordinator_times_out_with_a_clear_error():
-    listener = socket.create_server(("127.0.0.1", 0))
-    try:
-        c = GroupGeneratorClient(*listener.getsockname(), TOKEN, rank=2, timeout=0.3)
+def test_a_request_before_hello_is_refused(server):
+    raw = Raw(server)
+    reply = raw.ask(op="next", id=1, rank=1)
+    assert reply["ok"] is False and reply["closing"] and "must be 'hello'" in reply["error"]
+    assert raw.closed_within(5)
+    assert server.rejected["before_hello"] == 1
+    garbage = Raw(server)  # no valid MAC: closed without a word
+    garbage.sock.sendall(struct.pack(">I", 40) + b"\x00" * 40)
+    assert garbage.closed_within(5) and garbage.tail == b""
+    unframed = Raw(server, greet=False)
+    unframed.sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+    assert unframed.closed_within(5)
+    assert server.rejected["bad_mac"] == 1 and server.rejected["malformed"] == 1
+
+
+def test_a_rank_has_one_live_connection(server):
+    first = client(server, rank=1)
+    first.hello("fp")
+    second = client(server, rank=1)
+    with pytest.raises(RuntimeError, match="rank 1 is already connected"):
+        second.hello("fp")
+    assert server.rejected["rank_taken"] == 1
+    assert first.next_group() == (0, 1)
+    first.close()
+    assert wait_for(lambda: server.connections == 0)
+    again = client(server, rank=1)  # once the first is gone, the rank may connect again
+    again.hello("fp")
+    assert 1 in again.next_group()
+
+
+def test_a_connection_speaks_only_for_its_own_rank(server):
+    raw = Raw(server)
+    raw.hello(1)
+    assert raw.ask(op="next", id=1, rank=1)["group"] == [0, 1]
+    reply = raw.ask(op="finish", id=2, rank=2)
+    assert reply["closing"] and "cannot speak for 2" in reply["error"]
+    assert raw.closed_within(5)
+    assert server.rejected["rank_mismatch"] == 1
+    assert server.generator.active == {0, 1, 2, 3}
+
+
+def test_oversized_lengths_are_refused_before_the_body_is_read(server):
+    raw = Raw(server)
+    raw.sock.sendall(struct.pack(">I", protocol.MAX_HELLO_FRAME + 1))  # the header alone
+    assert raw.closed_within(5) and raw.tail == b""
+    raw = Raw(server)
+    raw.hello(1)
+    assert raw.ask(op="next", id=1, pad="x" * protocol.MAX_HELLO_FRAME)["ok"]
+    raw.sock.sendall(struct.pack(">I", 1 << 30))
+    reply = raw.receive()
+    assert reply["closing"] and "exceeds the limit 65536" in reply["error"]
+    assert raw.closed_within(5)
+    assert server.rejected["oversized"] == 2
+
+
+def test_a_connection_without_hello_is_cut_after_the_handshake_limit():
+    with GroupGeneratorServer(generator(), TOKEN, "fp", handshake_timeout=0.2) as srv:
+        ranked = client(srv, rank=1)
+        ranked.hello("fp")
+        start = time.monotonic()
+        silent, greeted = Raw(srv, greet=False), Raw(srv)
+        assert silent.closed_within(5) and greeted.closed_within(5)
+        assert 0.2 <= time.monotonic() - start < 4
+        assert srv.dropped["handshake_timeout"] == 2
+        late = Raw(srv)  # a later round of the expiry check, ranked is still served
+        assert late.closed_within(5)
+        assert ranked.next_group() == (0, 1)
+        assert srv.dropped["idle_timeout"] == 0
+
+
+def test_idle_and_stalled_ranks_are_cut_when_limits_are_set():
+    with GroupGeneratorServer(
+        generator(), TOKEN, "fp", handshake_timeout=0.2, idle_timeout=0.3
+    ) as srv:
+        idle = Raw(srv)
+        idle.hello(1)
+        stalled = Raw(srv)
+        stalled.hello(2)
+        stalled.sock.sendall(stalled.channel.seal({"op": "next", "id": 1})[:10])
+        assert idle.closed_within(5) and stalled.closed_within(5)
+        assert srv.dropped["idle_timeout"] == 1 and srv.dropped["stalled"] == 1
+
+
+def test_many_idle_connections_cost_no_threads():
+    with GroupGeneratorServer(
+        generator(), TOKEN, "fp", max_pending=250, handshake_timeout=60
+    ) as srv:
+        before = threading.active_count()
+        idle = [socket.create_connection(srv.address, timeout=5) for _ in range(200)]
+        try:
+            assert wait_for(lambda: srv.connections == 200)
+            assert threading.active_count() == before
+            with client(srv, rank=2) as c:
+                c.hello("fp")
+                assert c.next_group() == (2, 3)
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_the_oldest_pending_connections_make_way_for_new_ones():
+    with GroupGeneratorServer(generator(), TOKEN, "fp", max_pending=3) as srv:
+        raws = [Raw(srv) for _ in range(5)]
+        assert raws[0].closed_within(5) and raws[1].closed_within(5)
+        assert srv.dropped["evicted"] == 2
+        raws[4].hello(0)
+        assert raws[4].ask(op="next", id=1)["ok"]
+
+
+class FailingGenerator(GroupGenerator):
+    def next_group(self, rank):
+        if rank == 1:
+            raise ZeroDivisionError("boom")
+        return super().next_group(rank)
+
+
+def test_a_failing_strategy_is_reported_and_the_server_keeps_serving():
+    gg = FailingGenerator(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
+    with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
+        one, two = client(srv, rank=1), client(srv, rank=2)
+        one.hello("fp")
+        two.hello("fp")
+        with pytest.raises(
+            RuntimeError, match="the Group Generator failed: ZeroDivisionError: boom"
+        ):
+            one.next_group()
+        assert two.next_group() == (2, 3)
+        assert one.stats()["generator_errors"] == 1 == srv.generator_errors
+
+
+class BlockingGenerator(GroupGenerator):
+    def __init__(self, strategy):
+        super().__init__(strategy)
+        self.release = threading.Event()
+
+    def next_group(self, rank):
+        self.release.wait(10)
+        return super().next_group(rank)
+
+
+def test_after_a_timeout_the_client_reports_the_lost_connection():
+    gg = BlockingGenerator(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
+    with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
+        c = client(srv, rank=1, timeout=0.3)
+        c.hello("fp")
         with pytest.raises(protocol.CoordinatorTimeout, match="did not answer 'next' within 0.3s"):
             c.next_group()
+        gg.release.set()  # the late reply goes to a closed socket
+        with pytest.raises(
+            ConnectionError, match=r"lost after an earlier error \('next' timed out"
+        ):
+            c.next_group()
+        with client(srv, rank=2) as other:
+            other.hello("fp")
+            assert other.next_group() == (2, 3)
+
+
+def test_a_silent_coordinator_times_out_with_a_clear_error():
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        with pytest.raises(protocol.CoordinatorTimeout, match="did not greet within 0.3s"):
+            GroupGeneratorClient(*listener.getsockname(), TOKEN, rank=2, timeout=0.3)
     finally:
         listener.close()
 
@@ -124,3 +370,43 @@ def test_server_gone_mid_job(server):
     server.close()
     with pytest.raises(ConnectionError, match="Group Generator"):
         c.next_group()
+
+
+def test_bad_input_never_stops_the_server(server):
+    ranked = client(server, rank=3)
+    ranked.hello("fp")
+    valid = protocol.Channel(TOKEN, "client")
+    for junk in (
+        b"",
+        b"\x00" * 100,
+        b"PRGG\x01" + b"n" * 16,
+        b"PRGG\x02" + b"n" * 16 + struct.pack(">I", 3) + b"abc",
+        b"PRGG\x02" + b"n" * 16 + b"\xff" * 4,
+        valid.greeting() + b"\x00\x00",
+    ):
+        raw = Raw(server, greet=False)
+        raw.sock.sendall(junk)
+        raw.sock.shutdown(socket.SHUT_WR)
+        assert raw.closed_within(5)
+        assert ranked.next_group()
+    rejected = ranked.stats()["rejected"]
+    assert rejected["malformed"] == 2 and rejected["version"] == 1
+    assert rejected["oversized"] == 1 and rejected["truncated"] == 1
+
+
+def test_the_server_binds_the_address_it_advertises():
+    one_host, two_hosts = Topology(4, 4), Topology(4, 2)
+    assert _addresses(PragueConfig(), one_host) == ("127.0.0.1", "127.0.0.1")
+    assert _addresses(PragueConfig(coordinator_addr="10.1.2.3"), two_hosts) == (
+        "10.1.2.3",
+        "10.1.2.3",
+    )
+    bind, advertise = _addresses(PragueConfig(), two_hosts)
+    assert bind == advertise != "0.0.0.0"
+
+
+def test_replies_that_grow_with_the_job_reach_the_client():
+    gg = GroupGenerator(AllreduceStrategy(Topology(40_000, 40_000), 2, 1, 0))
+    with GroupGeneratorServer(gg, TOKEN, "fp") as srv, client(srv, rank=7) as c:
+        c.hello("fp")
+        assert len(c.stats()["counts"]) == 40_000  # a reply over 64 KiB

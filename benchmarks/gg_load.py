@@ -1,0 +1,249 @@
+"""Load on the Group Generator service: `next` requests per second and their latency.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/gg_load.py      # 64 ranks, smart and random, 10 s
+    PYTHONPATH=. .venv/bin/python benchmarks/gg_load.py --duration 4 --ranks 16 --train python
+
+(``PYTHONPATH=.`` measures the checkout, not the copy installed in ``.venv``.)
+
+A server process runs a GroupGeneratorServer while its main thread "trains" (numpy matmuls by
+default, standing in for rank 0's training step; ``--train python`` holds the GIL instead).
+This process drives it over loopback with one connection per simulated rank, all from one
+``selectors`` loop, in two modes per strategy: *saturated*, every rank sends its next `next`
+as soon as the reply arrives; and *paced*, the ranks together send ``--rate`` requests per
+second on a fixed schedule. Latency is from a request's send to its reply. ``--duration`` is
+the whole run, split evenly over the phases; the first tenth of each phase is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import selectors
+import socket
+import threading
+import time
+from multiprocessing.connection import Connection
+
+from horovod_prague.common.config import PragueConfig
+from horovod_prague.common.coordinator import GroupGeneratorServer
+from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.protocol import Channel, greet, new_token, receive
+from horovod_prague.common.strategies import make_strategy
+from horovod_prague.common.topology import Topology
+
+FINGERPRINT = "gg-load"
+
+
+def serve(strategy: str, ranks: int, local_size: int, train: str, pipe: Connection) -> None:
+    """The rank-0 stand-in: the server, and a training loop in the main thread until told."""
+    gg = GroupGenerator(make_strategy(PragueConfig(strategy=strategy), Topology(ranks, local_size)))
+    step = _training_step(train)
+    with GroupGeneratorServer(gg, new_token(), FINGERPRINT) as server:
+        pipe.send((server.address, server.token))
+        thread = next(t for t in threading.enumerate() if t.name == "prague-gg").native_id
+        steps, phase_start, cpu_start = 0, time.perf_counter(), _thread_cpu(thread)
+        while True:
+            if pipe.poll():
+                request = pipe.recv()
+                now, cpu = time.perf_counter(), _thread_cpu(thread)
+                pipe.send((steps / (now - phase_start), cpu - cpu_start))
+                if request == "stop":
+                    break
+                steps, phase_start, cpu_start = 0, now, cpu
+            step()
+            steps += 1
+        stats = {
+            "rejected": sum(server.rejected.values()),
+            "dropped": sum(server.dropped.values()),
+            "generator_errors": server.generator_errors,
+        }
+    pipe.send(stats)
+
+
+def _thread_cpu(native_id: int | None) -> float:
+    """CPU seconds the thread has used (Linux; nan elsewhere)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _training_step(train: str):
+    if train == "none":
+        return lambda: time.sleep(0.001)
+    if train == "python":
+
+        def python_step() -> None:
+            total = 0
+            for i in range(20_000):
+                total += i * i
+
+        return python_step
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((256, 256)) / 16
+    state = {"x": rng.standard_normal((128, 256))}
+
+    def numpy_step() -> None:
+        state["x"] = np.tanh(state["x"] @ weights)
+
+    return numpy_step
+
+
+class Rank:
+    """One simulated rank's connection, driven without blocking."""
+
+    def __init__(self, address: tuple[str, int], token: bytes, rank: int) -> None:
+        self.sock = socket.create_connection(address, timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.channel = Channel(token, "client")
+        greet(self.sock, self.channel)
+        self.sock.sendall(
+            self.channel.seal({"op": "hello", "id": 0, "rank": rank, "fingerprint": FINGERPRINT})
+        )
+        reply = receive(self.sock, self.channel)
+        if not reply or not reply.get("ok"):
+            raise RuntimeError(f"rank {rank}: hello refused: {reply}")
+        self.sock.setblocking(False)
+        self.ids = 0
+        self.sent_at: float | None = None
+        self.due = 0.0
+
+    def send(self, now: float) -> None:
+        self.ids += 1
+        self.sock.send(self.channel.seal({"op": "next", "id": self.ids}))
+        self.sent_at = now
+
+    def replies(self) -> int:
+        """How many replies the bytes available complete (0 or 1: one request in flight)."""
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("the Group Generator closed a connection")
+        self.channel.feed(data)
+        count = 0
+        while (reply := self.channel.receive()) is not None:
+            if not reply.get("ok") or reply.get("id") != self.ids:
+                raise RuntimeError(f"bad reply: {reply}")
+            count += 1
+        return count
+
+
+def drive(ranks: list[Rank], seconds: float, rate: float | None) -> tuple[int, list[float], float]:
+    """(requests counted, their latencies in s, seconds counted); ``rate`` None: saturated."""
+    selector = selectors.DefaultSelector()
+    for r in ranks:
+        selector.register(r.sock, selectors.EVENT_READ, r)
+    start = time.perf_counter()
+    counted_from, end = start + seconds / 10, start + seconds
+    interval = len(ranks) / rate if rate else 0.0
+    for i, r in enumerate(ranks):
+        r.due = start + interval * i / len(ranks)
+    latencies: list[float] = []
+    waiting = list(ranks) if rate else []
+    if not rate:
+        for r in ranks:
+            r.send(start)
+    now = start
+    while now < end:
+        timeout = 0.01
+        if waiting:
+            timeout = max(0.0, min(r.due for r in waiting) - now)
+        for key, _ in selector.select(timeout):
+            r = key.data
+            if r.replies():
+                now = time.perf_counter()
+                if r.sent_at >= counted_from:
+                    latencies.append(now - r.sent_at)
+                if rate:
+                    r.due += interval
+                    r.sent_at = None
+                    waiting.append(r)
+                else:
+                    r.send(now)
+        now = time.perf_counter()
+        if waiting:
+            ready = [r for r in waiting if r.due <= now]
+            for r in ready:
+                waiting.remove(r)
+                r.send(now)
+    # Let the requests in flight finish, so the next phase starts clean.
+    for r in ranks:
+        if r.sent_at is not None:
+            r.sock.setblocking(True)
+            while not r.replies():
+                pass
+            r.sock.setblocking(False)
+            r.sent_at = None
+    selector.close()
+    return len(latencies), latencies, end - counted_from
+
+
+def percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--local-size", type=int, default=8)
+    parser.add_argument("--strategies", default="smart,random")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds, all phases")
+    parser.add_argument("--rate", type=float, default=10_000, help="paced mode, requests/s")
+    parser.add_argument("--train", default="numpy", choices=("numpy", "python", "none"))
+    args = parser.parse_args()
+    strategies = args.strategies.split(",")
+    phase = args.duration / (2 * len(strategies))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    ctx = multiprocessing.get_context("spawn")
+    print(
+        f"{args.ranks} ranks ({args.local_size} per node), rank 0 training: {args.train}, "
+        f"{phase:.2f} s per phase, {os.cpu_count()} cores"
+    )
+    print(
+        "| strategy | mode | offered req/s | req/s | p50 ms | p99 ms | max ms "
+        "| server CPU us/req | driver CPU us/req | train steps/s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for strategy in strategies:
+        here, there = ctx.Pipe()
+        server = ctx.Process(
+            target=serve, args=(strategy, args.ranks, args.local_size, args.train, there)
+        )
+        server.start()
+        address, token = here.recv()
+        ranks = [Rank(address, token, r) for r in range(args.ranks)]
+        for mode, rate in (("saturated", None), ("paced", args.rate)):
+            here.send("phase")
+            here.recv()
+            driver_cpu = time.process_time()
+            count, latencies, counted = drive(ranks, phase, rate)
+            driver_cpu = time.process_time() - driver_cpu
+            here.send("phase")
+            train_rate, server_cpu = here.recv()
+            served = count * phase / counted  # requests in the whole phase, warm-up included
+            latencies.sort()
+            ms = [1e3 * percentile(latencies, q) for q in (0.5, 0.99)]
+            print(
+                f"| {strategy} | {mode} | {'-' if rate is None else f'{rate:,.0f}'} | "
+                f"{count / counted:,.0f} | {ms[0]:.3f} | {ms[1]:.3f} | "
+                f"{1e3 * latencies[-1]:.3f} | {1e6 * server_cpu / served:.1f} | "
+                f"{1e6 * driver_cpu / served:.1f} | {train_rate:,.0f} |",
+                flush=True,
+            )
+        for r in ranks:
+            r.sock.close()
+        here.send("stop")
+        here.recv()
+        stats = here.recv()
+        server.join(10)
+        if any(stats.values()):
+            print(f"{strategy}: the server counted problems: {stats}")
+
+
+if __name__ == "__main__":
+    main()

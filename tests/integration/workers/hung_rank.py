@@ -1,0 +1,39 @@
+"""One rank hangs mid-training; the others must stop with an error naming it, not hang.
+
+argv[1]: the rank that hangs (at step ``HANG_AT``; it sleeps, as a rank stuck in a kernel or
+a debugger would, then leaves). Each other rank reports the error it got, and how long after
+its own step ``HANG_AT`` began it got it; the job's Prague timeout is ``TIMEOUT`` seconds.
+"""
+
+import os
+import sys
+import time
+
+import torch
+from _report import report
+
+import horovod_prague.torch as hvd
+
+TIMEOUT, HANG_AT, STEPS = 6.0, 10, 200
+victim = int(sys.argv[1])
+hvd.init(strategy="random", timeout=TIMEOUT, seed=2)
+model = torch.nn.Linear(8, 2)
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01))
+started = None
+try:
+    for step in range(STEPS):
+        if step == HANG_AT:
+            started = time.monotonic()
+            if hvd.rank() == victim:
+                time.sleep(8 * TIMEOUT)
+                os._exit(0)
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    outcome = {"error": None}
+except Exception as e:  # noqa: BLE001  (the test inspects whatever was raised)
+    elapsed = None if started is None else time.monotonic() - started
+    outcome = {"error": type(e).__name__, "message": str(e), "after": elapsed}
+report(outcome)
+os._exit(0)  # Horovod's shutdown would wait for the hung rank
