@@ -151,10 +151,10 @@ def _accept_bare_flag(parser: argparse.ArgumentParser) -> None:
 def with_default_strategy(argv: list[str]) -> list[str]:
     """``argv`` with the default strategy after a bare ``--prague`` that precedes the command.
 
-        >>> with_default_strategy(["-np", "2", "--prague", "python", "-m", "train"])
-        ['-np', '2', '--prague', 'smart', 'python', '-m', 'train']
-        >>> with_default_strategy(["--prague", "static", "python"])
-        ['--prague', 'static', 'python']
+    >>> with_default_strategy(["-np", "2", "--prague", "python", "-m", "train"])
+    ['-np', '2', '--prague', 'smart', 'python', '-m', 'train']
+    >>> with_default_strategy(["--prague", "static", "python"])
+    ['--prague', 'static', 'python']
     """
     if "--prague" not in argv:
         return argv

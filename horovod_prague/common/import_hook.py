@@ -4,10 +4,11 @@
 process starts with ``HOROVOD_PRAGUE_STRATEGY`` set, as ``horovodrun --prague`` sets it in
 every worker. Without the variable the ``.pth`` line reads it and does nothing else.
 
-``install()`` puts a finder on ``sys.meta_path``. When ``horovod.torch`` is imported, Horovod's
-own code runs unchanged; then the names in ``REPLACED`` are pointed at the Prague package's
-functions of the same name (looked up when called, so import order never matters). Horovod's
-originals stay reachable through ``originals()``, which is what the Prague packages call.
+``install()`` puts a finder on ``sys.meta_path``. When ``horovod.torch``, ``horovod.tensorflow``
+or ``horovod.tensorflow.keras`` is imported, Horovod's own code runs unchanged; then the names
+in ``REPLACED`` are pointed at the Prague package's functions of the same name (looked up when
+called, so import order never matters). Horovod's originals stay reachable through
+``originals()``, which is what the Prague packages call.
 """
 
 from __future__ import annotations
@@ -55,14 +56,53 @@ TORCH_GLOBAL_COLLECTIVES = (
     "broadcast_optimizer_state",
 )
 
+TF_GLOBAL_COLLECTIVES = (
+    "allreduce",
+    "grouped_allreduce",
+    "allgather",
+    "grouped_allgather",
+    "broadcast",
+    "broadcast_",
+    "broadcast_variables",
+    "broadcast_global_variables",
+    "broadcast_object",
+    "allgather_object",
+    "alltoall",
+    "reducescatter",
+    "grouped_reducescatter",
+)
+KERAS_GLOBAL_COLLECTIVES = (
+    "allreduce",
+    "allgather",
+    "broadcast",
+    "reducescatter",
+    "broadcast_global_variables",
+)
+
 # Horovod module -> (Prague module, names it replaces).
 REPLACED: dict[str, tuple[str, tuple[str, ...]]] = {
     "horovod.torch": (
         "horovod_prague.torch",
         ("init", "shutdown", "DistributedOptimizer", *TORCH_GLOBAL_COLLECTIVES),
     ),
+    "horovod.tensorflow": (
+        "horovod_prague.tensorflow",
+        (
+            "init",
+            "shutdown",
+            "DistributedOptimizer",
+            "DistributedGradientTape",
+            *TF_GLOBAL_COLLECTIVES,
+        ),
+    ),
+    "horovod.tensorflow.keras": (
+        "horovod_prague.keras",
+        ("init", "shutdown", "DistributedOptimizer", *KERAS_GLOBAL_COLLECTIVES),
+    ),
 }
-NOT_YET = ("horovod.tensorflow", "horovod.keras")
+# Standalone Keras (``import keras``), which is Keras 3 with TensorFlow 2.16 and later, where
+# Horovod 0.28's wrappers do not work; scripts use ``horovod.tensorflow.keras`` with tf-keras.
+NOT_YET = ("horovod.keras",)
 
 _originals: dict[str, dict[str, Any]] = {}
 
@@ -105,6 +145,8 @@ def _forward(target: str, name: str, original: Callable[..., Any]) -> Callable[.
         return getattr(importlib.import_module(target), name)(*args, **kwargs)
 
     call.__prague_target__ = target  # type: ignore[attr-defined]
+    # TensorFlow's AutoGraph calls functions marked so as they are, inside a tf.function too.
+    call.autograph_info__ = {}  # type: ignore[attr-defined]
     return call
 
 
@@ -116,9 +158,9 @@ class _DropInFinder(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname in NOT_YET:
             warnings.warn(
-                f"HOROVOD_PRAGUE_STRATEGY is set, but the Prague drop-in covers horovod.torch "
-                f"only; {fullname} runs as stock Horovod (use horovod_prague.tensorflow "
-                "explicitly)",
+                f"HOROVOD_PRAGUE_STRATEGY is set, but the Prague drop-in does not cover "
+                f"{fullname}, which runs as stock Horovod; use horovod.tensorflow.keras "
+                "(tf-keras) instead",
                 stacklevel=2,
             )
             return None

@@ -1,0 +1,72 @@
+"""Keras ``DistributedOptimizer`` for ``model.fit``: local step, then the group average.
+
+The wrapped optimizer's ``apply_gradients`` (called by ``fit``'s traced train step) applies
+the rank's own gradients, then averages the variables with the group the Group Generator
+gives (``horovod_prague.tensorflow.optimizer``). ``fit`` itself ends with a consensus when the
+model's optimizer is one of these, so the model evaluated or saved after ``fit`` is the
+average of all ranks' (``install_fit_consensus``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import tf_keras
+
+from ..tensorflow.binding import _hvd, binding
+from ..tensorflow.optimizer import _PragueOptimizer, check_arguments, wrap_optimizer
+
+
+def DistributedOptimizer(  # noqa: N802  (Horovod's name)
+    optimizer: Any,
+    name: str | None = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = _hvd.Compression.none,
+    sparse_as_dense: bool = False,
+    gradient_predivide_factor: float = 1.0,
+    op: Any = _hvd.Average,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    num_groups: int = 0,
+    groups: Any = None,
+    process_set: Any = _hvd.global_process_set,
+    scale_local_gradients: bool = True,
+    *,
+    model: Any = None,
+    sync_every: int | None = None,
+) -> Any:
+    """Wrap a tf-keras optimizer: local step, then group average (Horovod's signature).
+
+    ``model``: its other variables (BatchNorm statistics) are averaged too; by default only
+    the variables the optimizer updates. ``sync_every``: a global average every this many
+    steps (default: the job's ``--prague-sync-every``).
+    """
+    if op not in (_hvd.Average, _hvd.Sum):
+        raise ValueError("op currently only supports Average and Sum")
+    check_arguments(
+        op, gradient_predivide_factor, num_groups, groups, backward_passes_per_step, compression
+    )
+    return wrap_optimizer(optimizer, process_set, model, sync_every)
+
+
+def install_fit_consensus() -> None:
+    """Make ``tf_keras.Model.fit`` end with a consensus when its optimizer is Prague's.
+
+    Every rank calls ``fit`` alike, so the consensus is collective like ``fit``'s own.
+    """
+    fit = tf_keras.Model.fit
+    if getattr(fit, "__prague__", False):
+        return
+
+    @functools.wraps(fit)
+    def fit_then_consensus(self: Any, *args: Any, **kwargs: Any) -> Any:
+        history = fit(self, *args, **kwargs)
+        if isinstance(getattr(self, "optimizer", None), _PragueOptimizer):
+            binding.flush()
+            binding.consensus()
+        return history
+
+    fit_then_consensus.__prague__ = True  # type: ignore[attr-defined]
+    tf_keras.Model.fit = fit_then_consensus

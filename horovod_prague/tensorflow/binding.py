@@ -1,0 +1,157 @@
+"""How Prague averages TensorFlow variables, and the one binding every TF module of ours shares.
+
+Group averages run eagerly: the group is decided at run time by the Group Generator, so a
+Prague step inside a ``tf.function`` is staged as a ``tf.py_function`` (``run_eagerly``) that
+takes the variables' resource handles, which orders it after the traced updates of those
+variables and before later uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import horovod.tensorflow
+import tensorflow as tf
+
+from ..common.binding import Binding, distinct
+from ..common.import_hook import originals
+
+_hvd = originals(horovod.tensorflow)
+
+
+class TensorflowBinding(Binding):
+    """Averages variables, grouped by dtype, with one Horovod collective per dtype; blocking.
+
+    Also holds the step a ``DistributedGradientTape`` defers (``defer``): the tape cannot see
+    the user's ``apply_gradients``, so the average of step t runs when step t+1 asks for its
+    gradients, before a guarded global collective, or at ``average_model``/``finish``.
+    """
+
+    def __init__(self, hvd: Any) -> None:
+        super().__init__(hvd)
+        self._pending: list[tf.Variable] = []
+        self._deferred_steps = PragueSteps(self)
+        self._tape_variables: list[tf.Variable] | None = None
+
+    def tensors(self, source: Any) -> list[tf.Variable]:
+        if isinstance(source, tf.Variable):
+            return [source]
+        if isinstance(source, tf.Module) or hasattr(source, "variables"):
+            variables = source.variables
+            return list(variables() if callable(variables) else variables)
+        return list(source)
+
+    def average(
+        self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
+    ) -> None:
+        by_dtype: dict[tf.DType, list[tf.Variable]] = {}
+        for v in variables:
+            by_dtype.setdefault(v.dtype, []).append(v)
+        for dtype, same in by_dtype.items():
+            tag = f"{name}.{dtype.name}"
+            values = [tf.convert_to_tensor(v) for v in same]
+            if dtype.is_floating or dtype.is_complex:
+                averaged = _hvd.grouped_allreduce(
+                    values, op=_hvd.Average, name=tag, process_set=process_set
+                )
+            else:
+                summed = _hvd.grouped_allreduce(
+                    values, op=_hvd.Sum, name=tag, process_set=process_set
+                )
+                averaged = [s // size for s in summed]
+            for v, a in zip(same, averaged, strict=True):
+                v.assign(a)
+
+    def defer(self, variables: list[tf.Variable]) -> None:
+        """Take the step deferred last, then defer one for ``variables`` (a tape's sources)."""
+        self.flush()
+        if self._tape_variables is None:
+            self._tape_variables = []
+            self.track(lambda: list(self._tape_variables or []))
+        self._tape_variables = distinct([*self._tape_variables, *variables])
+        self._pending = variables
+
+    def flush(self) -> None:
+        """Take the Prague step a tape deferred, if any."""
+        pending, self._pending = self._pending, []
+        if pending:
+            self._deferred_steps.take(pending)
+
+    def average_model(self, model_or_tensors: Any) -> bool:
+        self.flush()
+        return super().average_model(model_or_tensors)
+
+    def finish(self, model_or_tensors: Any, average: bool = True) -> None:
+        self.flush()
+        super().finish(model_or_tensors, average)
+
+    def guard(self, collective: Callable[..., Any]) -> Callable[..., Any]:
+        """``collective``, preceded by consensus when it runs on the global process set.
+
+        As ``Binding.guard``; inside a ``tf.function`` the consensus is staged to run, at each
+        call, before the collective's ops.
+        """
+        signature = inspect.signature(collective)
+        global_id = self.hvd.global_process_set.process_set_id
+
+        @functools.wraps(collective)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            process_set = signature.bind_partial(*args, **kwargs).arguments.get("process_set")
+            if process_set is not None and process_set.process_set_id != global_id:
+                return collective(*args, **kwargs)
+            before = run_eagerly(self._consensus_first, self.tracked)
+            with tf.control_dependencies([] if before is None else [before]):
+                return collective(*args, **kwargs)
+
+        return guarded
+
+    def _consensus_first(self) -> None:
+        if self._runtime is None:
+            return
+        self.flush()
+        self.consensus()
+
+
+class PragueSteps:
+    """Counts Prague steps and takes each: a group average, or every ``sync_every``-th a
+    global one (the job's ``sync_every`` when None)."""
+
+    def __init__(self, binding: TensorflowBinding, sync_every: int | None = None) -> None:
+        self.binding = binding
+        self.sync_every = sync_every
+        self.count = 0
+
+    def take(self, variables: list[tf.Variable]) -> None:
+        binding = self.binding
+        self.count += 1
+        variables = binding.step_tensors(variables)
+        sync_every = binding.config().sync_every if self.sync_every is None else self.sync_every
+        if sync_every and self.count % sync_every == 0:
+            binding.average_model(variables)
+        else:
+            binding.exchange(variables)
+
+
+def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) -> tf.Tensor | None:
+    """Run ``fn`` now when executing eagerly; inside a traced function, stage it.
+
+    Staged, it runs at every call of the function, as a ``tf.py_function`` taking the resource
+    handles of ``variables()`` (listed at trace time): TensorFlow orders it after the function's
+    earlier uses of those variables and before its later ones. Returns the staged op's output.
+    """
+    if tf.executing_eagerly():
+        fn()
+        return None
+
+    def call(*_handles: Any) -> tf.Tensor:
+        fn()
+        return tf.constant(0)
+
+    handles = [v.handle for v in variables() if hasattr(v, "handle")]
+    return tf.py_function(call, inp=handles, Tout=tf.int32)
+
+
+binding = TensorflowBinding(_hvd)

@@ -1,0 +1,240 @@
+"""``DistributedOptimizer`` and ``DistributedGradientTape``: Horovod's wrappers, with Prague.
+
+Horovod's wrappers all-reduce gradients. These keep each rank's own gradients, and average
+the variables with the group the Group Generator gives this rank:
+
+- ``DistributedOptimizer(opt)``: ``apply_gradients`` applies the local gradients, then averages
+  the variables it updated (every ``sync_every`` steps: over all ranks).
+- ``DistributedGradientTape(tape)``: ``gradient`` returns the local gradients. The tape cannot
+  see the ``apply_gradients`` that follows, so it defers the step's average: it runs when the
+  next ``gradient`` is asked for, before any guarded global collective, and at the end
+  (``TensorflowBinding.defer``).
+
+Both work eagerly and inside ``tf.function`` (the Prague step is staged, ``run_eagerly``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import tensorflow as tf
+
+from ..common.binding import distinct
+from .binding import PragueSteps, _hvd, binding, run_eagerly
+
+BACKWARD_PASSES = (
+    "backward_passes_per_step > 1 is not supported under Prague for TensorFlow yet: apply "
+    "the accumulated gradients yourself, or run without --prague"
+)
+KERAS3 = (
+    "optimizer: {cls} is a Keras 3 optimizer; Horovod's TensorFlow wrappers need tf-keras "
+    "(Keras 2). Set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported and use tf.keras"
+)
+
+
+class _PragueState:
+    """What a wrapped optimizer adds: its Prague step count and the variables it averages."""
+
+    def __init__(self, model: Any, sync_every: int | None) -> None:
+        self.steps = PragueSteps(binding, sync_every)
+        self.model = model
+        self.applied: list[tf.Variable] = []
+        self.local: set[Any] = set()
+
+    def variables(self) -> list[tf.Variable]:
+        """The variables ``apply_gradients`` updated, then the model's (BatchNorm statistics)."""
+        model = [] if self.model is None else binding.tensors(self.model)
+        return [v for v in distinct([*self.applied, *model]) if v.ref() not in self.local]
+
+
+class _PragueOptimizer:
+    """Mixed in before the user's optimizer class; shares that optimizer's state."""
+
+    _prague: _PragueState
+
+    def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+        """Apply the local gradients, then average the variables with this step's group."""
+        pairs = list(grads_and_vars)
+        result = super().apply_gradients(pairs, *args, **kwargs)  # type: ignore[misc]
+        state = self._prague
+        state.applied = distinct([*state.applied, *(v for _, v in pairs)])
+        deps = [] if result is None or tf.executing_eagerly() else [result]
+        with tf.control_dependencies(deps):
+            run_eagerly(lambda: state.steps.take(state.variables()), state.variables)
+        return result
+
+    def register_local_var(self, var: tf.Variable) -> None:
+        """Keep ``var`` out of Prague's averages (Horovod: out of the gradient all-reduce)."""
+        self._prague.local.add(var.ref())
+
+
+def wrap_optimizer(
+    optimizer: Any, process_set: Any, model: Any = None, sync_every: int | None = None
+) -> Any:
+    """An object of a subclass of ``optimizer``'s class that shares its state, with Prague's
+    ``apply_gradients``; registered with the binding so consensus and finish average it."""
+    if type(optimizer).__module__.startswith("keras."):
+        raise ValueError(KERAS3.format(cls=type(optimizer).__qualname__))
+    if process_set.process_set_id != _hvd.global_process_set.process_set_id:
+        raise ValueError(
+            "process_set: Prague forms its groups over all ranks, so DistributedOptimizer "
+            "needs the global process set"
+        )
+    if sync_every is not None and sync_every < 0:
+        raise ValueError(f"sync_every: must be >= 0 (0 = never), got {sync_every}")
+    binding.runtime()  # a clear error before Prague is initialized
+    cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    state = _PragueState(model, sync_every)
+    object.__setattr__(wrapped, "_prague", state)
+    binding.track(state.variables)
+    return wrapped
+
+
+def check_arguments(
+    op: Any,
+    gradient_predivide_factor: float,
+    num_groups: int,
+    groups: Any,
+    backward_passes_per_step: int,
+    compression: Any,
+) -> None:
+    """Horovod's argument checks; warnings for what has nothing to act on under Prague."""
+    if gradient_predivide_factor != 1.0 and op != _hvd.Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn(
+            "Parameter `num_groups` has been replaced by `groups`",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        groups = num_groups if groups is None else groups
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError(
+            "groups should be a non-negative integer or a list of list of tf.Variable."
+        )
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    if backward_passes_per_step > 1:
+        raise ValueError(BACKWARD_PASSES)
+    if compression is not _hvd.Compression.none:
+        warnings.warn(
+            "compression is ignored under Prague, which keeps gradients local and averages "
+            "the variables at full precision",
+            stacklevel=3,
+        )
+    if op != _hvd.Average:
+        warnings.warn(
+            f"op={op!r} is ignored under Prague, which keeps gradients local and averages "
+            "the variables within groups",
+            stacklevel=3,
+        )
+
+
+def DistributedOptimizer(  # noqa: N802  (Horovod's name)
+    optimizer: Any,
+    name: str | None = None,
+    use_locking: bool = False,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = _hvd.Compression.none,
+    sparse_as_dense: bool = False,
+    backward_passes_per_step: int = 1,
+    op: Any = _hvd.Average,
+    gradient_predivide_factor: float = 1.0,
+    average_aggregated_gradients: bool = False,
+    num_groups: int = 0,
+    groups: Any = None,
+    process_set: Any = _hvd.global_process_set,
+    scale_local_gradients: bool = True,
+    *,
+    model: Any = None,
+    sync_every: int | None = None,
+) -> Any:
+    """Wrap a Keras (tf-keras) or ``tf.compat.v1`` optimizer: local step, then group average.
+
+    Horovod's arguments are accepted; those that shape the gradient all-reduce have nothing to
+    act on (``compression`` and ``op`` warn). Prague's own: ``model``, whose other variables
+    (BatchNorm statistics) are averaged too; ``sync_every``, a global average every this many
+    steps (default: the job's ``--prague-sync-every``).
+    """
+    if op == _hvd.Adasum and average_aggregated_gradients:
+        raise ValueError("Adasum does not support average_aggregated_gradients == True")
+    check_arguments(
+        op, gradient_predivide_factor, num_groups, groups, backward_passes_per_step, compression
+    )
+    return wrap_optimizer(optimizer, process_set, model, sync_every)
+
+
+class _PragueTape:
+    """Mixed in before the user's tape class; shares that tape's state."""
+
+    _prague_local: set[Any]
+
+    def gradient(
+        self,
+        target: Any,
+        sources: Any,
+        output_gradients: Any = None,
+        use_generic_names: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """The local gradients; the last step's deferred group average runs first."""
+        variables = [
+            v
+            for v in tf.nest.flatten(sources)
+            if isinstance(v, tf.Variable) and v.ref() not in self._prague_local
+        ]
+        run_eagerly(lambda: binding.defer(variables), lambda: variables)
+        return super().gradient(target, sources, output_gradients, **kwargs)  # type: ignore[misc]
+
+    def register_local_source(self, source: tf.Variable) -> None:
+        """Keep ``source`` out of Prague's averages (Horovod: out of the all-reduce)."""
+        self._prague_local.add(source.ref())
+
+    def get_local_and_global_gradients(
+        self,
+        target: Any,
+        sources: Any,
+        output_gradients: Any = None,
+        use_generic_names: bool = False,
+    ) -> tuple[list[Any], list[Any]]:
+        """Horovod's split of ``(source, gradient)`` pairs into local and averaged sources."""
+        gradients = self.gradient(target, sources, output_gradients)
+        pairs = list(zip(sources, gradients, strict=True))
+        local = [(s, g) for s, g in pairs if s.ref() in self._prague_local]
+        shared = [(s, g) for s, g in pairs if s.ref() not in self._prague_local]
+        return local, shared
+
+
+def DistributedGradientTape(  # noqa: N802  (Horovod's name)
+    gradtape: tf.GradientTape,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = _hvd.Compression.none,
+    sparse_as_dense: bool = False,
+    op: Any = _hvd.Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups: Any = None,
+    process_set: Any = _hvd.global_process_set,
+    scale_local_gradients: bool = True,
+) -> tf.GradientTape:
+    """Wrap ``gradtape``: ``gradient`` returns local gradients; the variables are averaged with
+    the step's group after they are applied (deferred to the next ``gradient`` call, a guarded
+    global collective, or the end). Horovod's arguments are accepted as by
+    ``DistributedOptimizer``."""
+    check_arguments(op, gradient_predivide_factor, num_groups, groups, 1, compression)
+    if process_set.process_set_id != _hvd.global_process_set.process_set_id:
+        raise ValueError(
+            "process_set: Prague forms its groups over all ranks, so DistributedGradientTape "
+            "needs the global process set"
+        )
+    binding.runtime()
+    cls = type(gradtape.__class__.__name__, (_PragueTape, gradtape.__class__), {})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(gradtape.__dict__)
+    wrapped._prague_local = set()
+    return wrapped

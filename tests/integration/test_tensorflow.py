@@ -1,0 +1,59 @@
+"""The unmodified TensorFlow and Keras examples under ``horovodrun -np 4``, with and without
+``--prague``: the drop-in for ``horovod.tensorflow`` and ``horovod.tensorflow.keras``."""
+
+import pytest
+from launch import REPO, run_ranks
+from test_dropin import STATED_ACCURACY, _final_accuracy
+
+pytestmark = pytest.mark.multirank
+
+TENSORFLOW = str(REPO / "examples" / "tensorflow_digits.py")
+KERAS = str(REPO / "examples" / "keras_digits.py")
+
+
+def _steps(job):
+    hashes = [rep["hashes"] for rep in job.reports]
+    assert len(hashes) == 4, f"{len(hashes)} ranks reported:\n{job.output[-3000:]}"
+    assert len({len(h) for h in hashes}) == 1, "ranks took different numbers of steps"
+    assert len(hashes[0]) > 100
+    return list(zip(*hashes, strict=True))
+
+
+def _run(tmp_path, example, flags=(), args=(), controller="gloo"):
+    return run_ranks(
+        "tf_unmodified.py",
+        tmp_path,
+        controller=controller,
+        args=(example, *args),
+        launcher_flags=flags,
+        timeout=300,
+    ).check()
+
+
+@pytest.mark.parametrize("example", [TENSORFLOW, KERAS], ids=["tensorflow", "keras"])
+def test_without_the_flag_the_examples_are_stock_horovod(tmp_path, example):
+    job = _run(tmp_path, example)
+    assert not any(rep["drop_in"] for rep in job.reports)
+    # Entry 0 is hashed before the first step, which the broadcast follows.
+    for step, per_rank in enumerate(_steps(job)[1:], start=1):
+        assert len(set(per_rank)) == 1, f"ranks differ before step {step}"
+    assert _final_accuracy(job.output) >= STATED_ACCURACY
+
+
+@pytest.mark.parametrize(
+    ("example", "flags", "args", "controller"),
+    [
+        (TENSORFLOW, ("--prague",), (), "gloo"),
+        (TENSORFLOW, ("--prague", "smart"), ("--eager",), "gloo"),
+        (KERAS, ("--prague", "smart"), (), "gloo"),
+    ],
+    ids=["tensorflow-default", "tensorflow-smart-eager", "keras-smart"],
+)
+def test_with_the_flag_the_examples_average_in_groups(tmp_path, example, flags, args, controller):
+    job = _run(tmp_path, example, flags, args, controller)
+    assert all(rep["drop_in"] for rep in job.reports)
+    steps = _steps(job)
+    differing = sum(len(set(per_rank)) > 1 for per_rank in steps)
+    assert differing > len(steps) // 2, f"ranks differed at only {differing} steps"
+    assert len({rep["final"] for rep in job.reports}) == 1, "ranks differ at the end"
+    assert _final_accuracy(job.output) >= STATED_ACCURACY
