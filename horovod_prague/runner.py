@@ -124,9 +124,10 @@ def check_args(
             make_strategy(config, topology)
         except ValueError as e:
             parser.error(_name_flag(str(e)))
-    if "strategy" in options and not hook_installed():
+    if not hook_installed():
+        how = "--prague" if "strategy" in options else f"{ENV_PREFIX}STRATEGY"
         parser.error(
-            "--prague: horovod-prague's import hook is not installed in this environment, so "
+            f"{how}: horovod-prague's import hook is not installed in this environment, so "
             f"the workers would run stock Horovod. {HOOK_FILE} is written by a regular install "
             "(pip install horovod-prague, or pip install . in a checkout); an editable install "
             "(pip install -e .) does not write it."

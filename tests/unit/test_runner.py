@@ -163,3 +163,9 @@ def test_bad_values_stop_horovodrun_with_the_flag_named(capsys, argv, env, messa
 def test_a_missing_import_hook_is_an_error_not_a_silent_stock_run(capsys, monkeypatch):
     monkeypatch.setattr(runner, "hook_installed", lambda: False)
     assert "import hook is not installed" in _error(capsys, ["-np", "4", "--prague", "smart"])
+
+
+def test_the_variable_without_the_flag_and_without_the_hook_is_an_error(capsys, monkeypatch):
+    monkeypatch.setattr(runner, "hook_installed", lambda: False)
+    message = _error(capsys, ["-np", "4"], {"HOROVOD_PRAGUE_STRATEGY": "smart"})
+    assert "HOROVOD_PRAGUE_STRATEGY: horovod-prague's import hook is not installed" in message
