@@ -38,7 +38,7 @@ def logging(original):
 
 # See every group run: blocking ones (owed groups, syncs, staleness 0) and overlapped ones.
 binding = hvd._binding
-binding.partial_allreduce = logging(binding.partial_allreduce)
+binding._average_group = logging(binding._average_group)
 if binding._averager is not None:
     binding._averager.start = logging(binding._averager.start)
 for step in range(1, my_steps + 1):
