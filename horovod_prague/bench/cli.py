@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..common.config import PragueConfig
+from ..runner import flag
 from .report import summarize, write_outputs
 from .workload import SCENARIOS, cache_dir, mnist1d, schedule
 
@@ -43,6 +45,8 @@ def system_flags(spec: str) -> tuple[str, list[str]]:
 
     >>> system_flags("prague/staleness=1/group-size=4")[1]
     ['--prague', '--prague-staleness', '1', '--prague-group-size', '4']
+    >>> system_flags("prague/strategy=random")[1]
+    ['--prague', '--prague', 'random']
     """
     name, *overrides = spec.split("/")
     if name not in SYSTEMS:
@@ -51,11 +55,16 @@ def system_flags(spec: str) -> tuple[str, list[str]]:
     if overrides and not flags:
         raise ValueError(f"{spec!r}: {name} takes no Prague options")
     flags = list(flags)
+    options = {f.name for f in dataclasses.fields(PragueConfig)}
     for override in overrides:
         option, sep, value = override.partition("=")
-        if not sep or not option or not value:
-            raise ValueError(f"{spec!r}: expected option=value after '/', got {override!r}")
-        flags += [f"--prague-{option.replace('_', '-')}", value]
+        option = option.replace("-", "_")
+        if not sep or not value or option not in options:
+            raise ValueError(
+                f"{spec!r}: expected option=value after '/', with an option of "
+                f"{', '.join(sorted(options))}; got {override!r}"
+            )
+        flags += [flag(option), value]
     return (f"{label}, {', '.join(overrides)}" if overrides else label), flags
 
 
