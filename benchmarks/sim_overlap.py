@@ -4,9 +4,9 @@ A model, not a measurement. Like ``shared/tools/sim_grouping.py``, but the group
 this project's own ``GroupGenerator`` and strategies (pure Python), so the threshold rule and
 the backlog guard act as they do in a job. Each rank computes a step (1 unit, or its
 scenario's factor); with nothing in flight it asks for a group, submits its average and goes
-on; while its average is in flight its steps take no group, and after ``staleness`` such
-steps it waits for it (``horovod_prague.common.overlap``). ``staleness=0`` blocks on every
-average. An average completes ``comm`` units after its last member submitted it.
+on; while its average is in flight its steps take no group, and the ``staleness``-th step
+after it started waits for it (``horovod_prague.common.overlap``). ``staleness=0`` blocks on
+every average. An average completes ``comm`` units after its last member submitted it.
 
     .venv/bin/python benchmarks/sim_overlap.py --ranks 8 --scenario random
 """
@@ -99,7 +99,7 @@ def run(
         key = in_flight[r]
         if key is None or done_at.get(key, float("inf")) <= now:
             request(r, now)
-        elif local_steps[r] < staleness:
+        elif local_steps[r] + 1 < staleness:
             local_steps[r] += 1  # the average is still in flight: this step takes no group
             alone += 1
             compute_next(r, now)

@@ -30,8 +30,9 @@ HELP = {
     "seed": "seeds the pool of divisions and the Group Generator's random choices",
     "pool_size": "divisions registered as Horovod process sets at init; each rank is in one "
     "set per division",
-    "staleness": "local steps a rank may take while its group's average is in flight, "
-    "before it waits for it; 0 waits at once (the paper's blocking P-Reduce)",
+    "staleness": "steps an overlapped group average may run behind: started at the end of "
+    "step t, it is applied by the end of step t + staleness (steps between that find it "
+    "running average with nobody); 0 waits at once (the paper's blocking P-Reduce)",
     "timeout": "seconds any wait on the Group Generator may take before it raises",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
@@ -48,7 +49,7 @@ class PragueConfig:
     sync_every: int = 0
     seed: int = 0
     pool_size: int = 3
-    staleness: int = 4
+    staleness: int = 1
     timeout: float = 60.0
     coordinator_addr: str = ""
     coordinator_port: int = 0

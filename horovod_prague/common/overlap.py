@@ -9,9 +9,11 @@ replayed on top. Over a group the corrections sum to zero, so the mean of the mo
 
 One average is in flight at a time: while it is, the rank's steps average with nobody. A
 second average started from a snapshot that lacks the first one's correction would correct
-the same difference twice, an unstable delayed feedback. After ``staleness`` local steps
-with its average still in flight, the rank waits for it, which bounds how old an average
-can be. ``staleness=0`` is the paper's blocking P-Reduce.
+the same difference twice, an unstable delayed feedback. An average started at the end of
+step t is applied at the end of step t + ``staleness`` at the latest: the steps between that
+find it still running take no group, and the last one waits for it. ``staleness=1`` waits at
+the very next step, so every step averages and each average overlaps one step's compute;
+``staleness=0`` is the paper's blocking P-Reduce.
 
     >>> class Done:  # a framework's PendingAverage whose collective already completed
     ...     applied = 0
@@ -69,13 +71,13 @@ class OverlappedAverager:
         """Called once per step: whether this step starts a new group average.
 
         Applies the average in flight if it has completed. If it has not, the step averages
-        with nobody (False), unless the average has been in flight for ``staleness`` steps:
-        then this waits for it, and the step starts the next one (True).
+        with nobody (False), unless this step is the ``staleness``-th since it started: then
+        this waits for it, and the step starts the next one (True).
         """
         self.collect()
         if self._pending is None:
             return True
-        if self._local_steps < self.staleness:
+        if self._local_steps + 1 < self.staleness:
             self._local_steps += 1
             return False
         self.waits += 1

@@ -154,7 +154,7 @@ def simulate_overlapped(
 
     A group step applies the average in flight if it completed. Then, with none in flight, it
     asks ``next_group`` and starts that group's average; with one still in flight for fewer
-    than ``staleness`` steps it takes no group; else it waits for it, then asks and starts the
+    than ``staleness - 1`` steps it takes no group; else it waits for it, then asks and starts the
     next. ``staleness=0``: every group step asks, submits and waits until complete. A sync
     step drains, calls ``sync`` and runs the owed groups blocking, as ``Binding.average_model``
     does; the end of the steps drains, calls ``finish`` and runs its groups the same way. An
@@ -215,7 +215,7 @@ def simulate_overlapped(
                 s.in_flight = None  # completed: applied
             if s.in_flight is None:
                 take_group(r)
-            elif s.local_steps < staleness:
+            elif s.local_steps + 1 < staleness:
                 s.local_steps += 1
                 s.skipped += 1
                 s.skipped_run += 1
