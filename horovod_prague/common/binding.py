@@ -10,6 +10,7 @@ import abc
 import atexit
 import collections
 import functools
+import hashlib
 import inspect
 import sys
 import warnings
@@ -105,9 +106,12 @@ class Binding(abc.ABC):
     def next_group(self) -> Group:
         """Ask the Group Generator for this rank's next group (sorted ranks); blocks until known.
 
-        A group of one rank means this step averages with nobody.
+        A group of one rank means this step averages with nobody. Counts as a Prague step for
+        the guard, whether or not the caller then averages.
         """
-        return self.runtime().next_group()
+        group = self.runtime().next_group()
+        self._exchanges_since_consensus += 1
+        return group
 
     @_naming_the_silent_rank
     def partial_allreduce(self, tensors: Any, group: Group) -> None:
@@ -124,7 +128,7 @@ class Binding(abc.ABC):
         if len(group) < 2 or not values:
             return
         rt = self.runtime()
-        self.average(values, self._occurrence(group), rt.process_set(group), len(group))
+        self.average(values, self._occurrence(group, values), rt.process_set(group), len(group))
 
     def _note_exchange(self, values: list[Any]) -> None:
         """Remember what a Prague step averaged: the guard brings it to consensus."""
@@ -163,7 +167,7 @@ class Binding(abc.ABC):
         counts["averaged"] += 1
         rt = self.runtime()
         pending = self.start_average(
-            values, self._occurrence(group), rt.process_set(group), len(group)
+            values, self._occurrence(group, values), rt.process_set(group), len(group)
         )
         self._averager.start(pending, group)
         return group
@@ -186,23 +190,27 @@ class Binding(abc.ABC):
                 f"The Group Generator on rank 0 did not answer either ({e}): rank 0 may be "
                 "the one that stopped"
             )
-        if not silence:
+        candidates = [r for r, seconds in enumerate(silence) if seconds is not None]
+        if not candidates:
             return ""
-        rank = max(range(len(silence)), key=silence.__getitem__)
+        rank = max(candidates, key=silence.__getitem__)
         return (
             f"Rank {rank} last asked the Group Generator for a group {silence[rank]:.1f} s ago, "
             "the longest of all ranks: most likely it stopped or hung, holding up every group "
             "that waits for it"
         )
 
-    def _occurrence(self, group: Group) -> str:
+    def _occurrence(self, group: Group, values: Sequence[Any]) -> str:
         """The collective name of ``group``'s next occurrence on this rank.
 
         Members run their shared groups in one order, so the k-th occurrence is the same
-        collective on each; numbering them keeps two occurrences in flight apart.
+        collective on each; numbering them keeps two occurrences in flight apart. The name
+        ends with a digest of the tensors' dtypes and shapes: members that would average
+        different tensors (a bug in how a script steps) wait on different names and time out
+        naming the group, instead of averaging unrelated values.
         """
         self._occurrences[group] += 1
-        return f"{self.runtime().name(group)}.n{self._occurrences[group]}"
+        return f"{self.runtime().name(group)}.n{self._occurrences[group]}.{signature(values)}"
 
     def _run_owed(self, values: list[Any], groups: list[Group]) -> None:
         """Run the groups the Group Generator says this rank owes, in order, blocking.
@@ -293,14 +301,13 @@ class Binding(abc.ABC):
         return distinct(t for tensors in self._tracked for t in tensors())
 
     def step_tensors(self, own: list[Any]) -> list[Any]:
-        """What an optimizer's Prague step averages: its ``own`` tensors, or, when several
-        models are tracked, all of them.
+        """What an optimizer's Prague step averages: every tracked model (``own`` if none).
 
         The Group Generator's groups belong to ranks, not to optimizers: with two optimizers,
         rank i's first may meet rank j's second in a group. Averaging every tracked model at
         every step makes each group average the same tensors on every member.
         """
-        return own if len(self._tracked) < 2 else self.tracked()
+        return self.tracked() if self._tracked else own
 
     def consensus(self) -> None:
         """Average the tracked models globally if they changed since the last consensus.
@@ -358,6 +365,17 @@ class Binding(abc.ABC):
             previous(*info)
 
         sys.excepthook = excepthook
+
+
+def signature(tensors: Iterable[Any]) -> str:
+    """A short digest of the tensors' dtypes and shapes, in order.
+
+    >>> import numpy as np
+    >>> signature([np.zeros(3)]) == signature([np.ones(3)]) != signature([np.zeros(4)])
+    True
+    """
+    described = ";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors)
+    return hashlib.sha1(described.encode()).hexdigest()[:8]
 
 
 def distinct(values: Iterable[Any]) -> list[Any]:

@@ -130,14 +130,19 @@ class GroupGenerator:
                 for member in group:
                     self.buffers[member].append(group)
 
-    def silence(self) -> list[float]:
-        """Seconds since each rank last asked for anything (since start, if never).
+    def silence(self) -> list[float | None]:
+        """Seconds since each rank last asked for anything (since start, if never); None for
+        ranks that finished or wait at a sync, which are silent by design.
 
         A rank that stopped stepping stops asking; so do the ranks waiting in its groups, but
         later: the longest silence points at the rank that holds the others up.
         """
-        now = time.monotonic()
-        return [round(now - t, 3) for t in self.last_asked]
+        with self._lock:
+            now = time.monotonic()
+            return [
+                round(now - t, 3) if r in self.active and r not in self.paused else None
+                for r, t in enumerate(self.last_asked)
+            ]
 
     def _check(self, rank: int) -> None:
         if not (isinstance(rank, int) and 0 <= rank < self.size):

@@ -148,7 +148,7 @@ def initialize(
     elif strategy is not None:
         # A user's set with the ranks of a Prague group serves both: Horovod refuses two sets
         # with the same ranks.
-        by_ranks = {tuple(sorted(s.ranks)): s for s in user_sets}
+        by_ranks = {tuple(sorted(s.ranks)): s for s in user_sets if s.ranks is not None}
         registered = [by_ranks.get(g) or hvd.ProcessSet(list(g)) for g in strategy.groups()]
     if strategy is None and horovod_kwargs.get("process_sets") != "dynamic":
         warnings.warn(

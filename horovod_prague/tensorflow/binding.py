@@ -58,20 +58,24 @@ class TensorflowBinding(Binding):
                     values, op=_hvd.Average, name=tag, process_set=process_set
                 )
             else:
-                summed = _hvd.grouped_allreduce(
-                    values, op=_hvd.Sum, name=tag, process_set=process_set
+                summed = _hvd.grouped_allreduce(  # in int64: bool and small types cannot sum
+                    [tf.cast(x, tf.int64) for x in values],
+                    op=_hvd.Sum,
+                    name=tag,
+                    process_set=process_set,
                 )
-                averaged = [s // size for s in summed]
+                averaged = [tf.cast(s // size, dtype) for s in summed]
             for v, a in zip(same, averaged, strict=True):
                 v.assign(a)
 
     def defer(self, variables: list[tf.Variable]) -> None:
         """Take the step deferred last, then defer one for ``variables`` (a tape's sources)."""
-        self.flush()
         if self._tape_variables is None:
             self._tape_variables = []
             self.track(lambda: list(self._tape_variables or []))
+        # Known before the deferred step runs, so every step averages every tape's sources.
         self._tape_variables = distinct([*self._tape_variables, *variables])
+        self.flush()
         self._pending = variables
 
     def flush(self) -> None:

@@ -147,7 +147,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a state from ``state_dict()``; one without Prague's step count keeps it at 0."""
+        """Load a state from ``state_dict()``; one without Prague's step count sets it to 0."""
         state = dict(state_dict)
         prague = state.pop(PRAGUE_STATE_KEY, None)
         super().load_state_dict(state)
