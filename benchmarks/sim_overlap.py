@@ -1,6 +1,6 @@
 """A discrete-event model of the real Group Generator with overlapped P-Reduce.
 
-A model, not a measurement. Like ``shared/tools/sim_grouping.py``, but the groups come from
+A model, not a measurement. Like a generic grouping simulator, but the groups come from
 this project's own ``GroupGenerator`` and strategies (pure Python), so the threshold rule and
 the backlog guard act as they do in a job. Each rank computes a step (1 unit, or its
 scenario's factor); with nothing in flight it asks for a group, submits its average and goes
