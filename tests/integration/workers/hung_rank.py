@@ -8,6 +8,7 @@ its own step ``HANG_AT`` began it got it; the job's Prague timeout is ``TIMEOUT`
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 from _report import report
@@ -36,4 +37,14 @@ except Exception as e:  # noqa: BLE001  (the test inspects whatever was raised)
     elapsed = None if started is None else time.monotonic() - started
     outcome = {"error": type(e).__name__, "message": str(e), "after": elapsed}
 report(outcome)
+if hvd.rank() == 0:
+    # Rank 0's process serves the Group Generator, which the other survivors ask, after their
+    # own timeout, who is silent: it stays until they have reported (or 30 s have passed).
+    out = Path(os.environ["PRAGUE_TEST_OUT"])
+    deadline = time.monotonic() + 30
+    survivors = [r for r in range(hvd.size()) if r != victim]
+    while time.monotonic() < deadline and not all(
+        (out / f"rank{r}.json").exists() for r in survivors
+    ):
+        time.sleep(0.05)
 os._exit(0)  # Horovod's shutdown would wait for the hung rank
