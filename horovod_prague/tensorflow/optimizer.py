@@ -20,6 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from ..common.arguments import warn_ignored
 from ..common.binding import distinct
 from .binding import PragueSteps, _hvd, binding, run_eagerly
 
@@ -119,18 +120,7 @@ def check_arguments(
         raise ValueError("backward_passes_per_step must be > 0")
     if backward_passes_per_step > 1:
         raise ValueError(BACKWARD_PASSES)
-    if compression is not _hvd.Compression.none:
-        warnings.warn(
-            "compression is ignored under Prague, which keeps gradients local and averages "
-            "the variables at full precision",
-            stacklevel=3,
-        )
-    if op != _hvd.Average:
-        warnings.warn(
-            f"op={op!r} is ignored under Prague, which keeps gradients local and averages "
-            "the variables within groups",
-            stacklevel=3,
-        )
+    warn_ignored(compression, op, _hvd.Compression.none, _hvd.Average, "variables")
 
 
 def DistributedOptimizer(  # noqa: N802  (Horovod's name)

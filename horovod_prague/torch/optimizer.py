@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..common.arguments import warn_ignored
 from ..common.binding import distinct
 from .binding import _hvd, binding
 from .buffers import ModelFinder
@@ -307,18 +308,7 @@ def _check_named_parameters(
 
 
 def _warn_ignored(compression: Any, op: Any) -> None:
-    if compression is not _hvd.Compression.none:
-        warnings.warn(
-            "DistributedOptimizer: compression is ignored under Prague, which keeps gradients "
-            "local and averages the parameters at full precision",
-            stacklevel=3,
-        )
-    if op != _hvd.Average:
-        warnings.warn(
-            f"DistributedOptimizer: op={op!r} is ignored under Prague, which keeps gradients "
-            "local and averages the parameters within groups",
-            stacklevel=3,
-        )
+    warn_ignored(compression, op, _hvd.Compression.none, _hvd.Average, "parameters")
 
 
 def _inside_horovod_broadcast() -> bool:
