@@ -29,10 +29,14 @@ the very next step, so every step averages and each average overlaps one step's 
 from __future__ import annotations
 
 import abc
+import threading
 import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .strategies import Group
+
+T = TypeVar("T")
 
 
 class PendingAverage(abc.ABC):
@@ -124,6 +128,39 @@ def wait_until(ready: Callable[[], bool], timeout: float, late: Callable[[], str
             raise GroupWaitTimeout(late())
         time.sleep(delay)
         delay = min(delay * 2, 1e-3)
+
+
+def call_with_deadline(call: Callable[[], T], timeout: float, late: Callable[[], str]) -> T:
+    """``call()``, run on a daemon thread; GroupWaitTimeout if it has not returned by ``timeout``.
+
+    For collectives a framework offers only as blocking calls (TensorFlow's eager Horovod
+    ops). On a timeout the call is left behind, still blocked: the error ends the job, and a
+    daemon thread does not keep the process from exiting.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as e:  # noqa: BLE001  (re-raised in the caller's thread)
+            outcome["error"] = e
+
+    worker = threading.Thread(target=run, name="prague-collective", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise GroupWaitTimeout(late())
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def late_collective(name: str, timeout: float) -> str:
+    """What a collective that missed its deadline says."""
+    return (
+        f"Horovod collective {name!r} did not complete within {timeout:g} s: a member of its "
+        "group never reached it"
+    )
 
 
 def _late(group: Group, timeout: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import tensorflow as tf
 
 from ..common.binding import Binding, distinct
 from ..common.import_hook import originals
+from ..common.overlap import call_with_deadline, late_collective
 
 _hvd = originals(horovod.tensorflow)
 
@@ -50,21 +52,23 @@ class TensorflowBinding(Binding):
         by_dtype: dict[tf.DType, list[tf.Variable]] = {}
         for v in variables:
             by_dtype.setdefault(v.dtype, []).append(v)
+        timeout = self.config().timeout
         for dtype, same in by_dtype.items():
             tag = f"{name}.{dtype.name}"
             values = [tf.convert_to_tensor(v) for v in same]
-            if dtype.is_floating or dtype.is_complex:
-                averaged = _hvd.grouped_allreduce(
-                    values, op=_hvd.Average, name=tag, process_set=process_set
-                )
-            else:
-                summed = _hvd.grouped_allreduce(  # in int64: bool and small types cannot sum
-                    [tf.cast(x, tf.int64) for x in values],
-                    op=_hvd.Sum,
-                    name=tag,
-                    process_set=process_set,
-                )
-                averaged = [tf.cast(s // size, dtype) for s in summed]
+            floating = dtype.is_floating or dtype.is_complex
+            if not floating:  # summed in int64: bool and small types cannot sum
+                values = [tf.cast(x, tf.int64) for x in values]
+            op = _hvd.Average if floating else _hvd.Sum
+            # Horovod's eager TensorFlow collective blocks with no deadline: wait with one.
+            reduced = call_with_deadline(
+                lambda values=values, op=op, tag=tag: _hvd.grouped_allreduce(
+                    values, op=op, name=tag, process_set=process_set
+                ),
+                timeout,
+                lambda tag=tag: late_collective(tag, timeout),
+            )
+            averaged = reduced if floating else [tf.cast(s // size, dtype) for s in reduced]
             for v, a in zip(same, averaged, strict=True):
                 v.assign(a)
 
@@ -139,12 +143,28 @@ class PragueSteps:
             binding.exchange(variables)
 
 
+class _Staged:
+    """The last Prague step staged in one traced graph, and the variable handles staged so far."""
+
+    def __init__(self, op: tf.Tensor, handles: list[Any]) -> None:
+        self.op = op
+        self.handles = handles
+
+
+_staged: weakref.WeakKeyDictionary[Any, _Staged] = weakref.WeakKeyDictionary()
+
+
 def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) -> tf.Tensor | None:
     """Run ``fn`` now when executing eagerly; inside a traced function, stage it.
 
-    Staged, it runs at every call of the function, as a ``tf.py_function`` taking the resource
-    handles of ``variables()`` (listed at trace time): TensorFlow orders it after the function's
-    earlier uses of those variables and before its later ones. Returns the staged op's output.
+    Staged, it runs at every call of the function, as a ``tf.py_function``. Ops a graph does
+    not order may run in any order, so each staged call is ordered in two ways. After the
+    Prague calls staged before it in the same graph, by a control dependency: a rank must run
+    its averages and consensus in program order, as the other ranks do. And around the
+    variables' updates, by taking as inputs the resource handles of ``variables()`` (listed at
+    trace time) and of every variable staged before in the graph: TensorFlow orders it after
+    the graph's earlier updates of those variables and before its later ones. Returns the
+    staged op's output.
     """
     if tf.executing_eagerly():
         fn()
@@ -154,8 +174,18 @@ def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) 
         fn()
         return tf.constant(0)
 
-    handles = [v.handle for v in variables() if hasattr(v, "handle")]
-    return tf.py_function(call, inp=handles, Tout=tf.int32)
+    graph = tf.compat.v1.get_default_graph()
+    earlier = _staged.get(graph)
+    handles = distinct(
+        [
+            *(earlier.handles if earlier else []),
+            *(v.handle for v in variables() if hasattr(v, "handle")),
+        ]
+    )
+    with tf.control_dependencies([] if earlier is None else [earlier.op]):
+        op = tf.py_function(call, inp=handles, Tout=tf.int32)
+    _staged[graph] = _Staged(op, handles)
+    return op
 
 
 binding = TensorflowBinding(_hvd)

@@ -10,7 +10,7 @@ import torch
 
 from ..common.binding import Binding
 from ..common.import_hook import originals
-from ..common.overlap import PendingAverage, wait_until
+from ..common.overlap import PendingAverage, late_collective, wait_until
 
 _hvd = originals(horovod.torch)
 
@@ -136,14 +136,7 @@ def wait(handle: int, timeout: float, name: str) -> Any:
     ranks that do work, and would keep Python's GIL so busy that rank 0's Group Generator
     thread answers late. ``wait_until`` sleeps between polls instead.
     """
-    wait_until(
-        lambda: _hvd.poll(handle),
-        timeout,
-        lambda: (
-            f"Horovod collective {name!r} did not complete within {timeout:g} s: a member "
-            "of its group never reached it"
-        ),
-    )
+    wait_until(lambda: _hvd.poll(handle), timeout, lambda: late_collective(name, timeout))
     return _hvd.synchronize(handle)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import pytest
@@ -13,7 +14,13 @@ from test_strategies import FAST, jobs
 
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.group_generator import GroupGenerator
-from horovod_prague.common.overlap import GroupWaitTimeout, OverlappedAverager, PendingAverage
+from horovod_prague.common.overlap import (
+    GroupWaitTimeout,
+    OverlappedAverager,
+    PendingAverage,
+    call_with_deadline,
+    late_collective,
+)
 from horovod_prague.common.strategies import make_strategy
 
 staleness = st.integers(0, 4)
@@ -271,3 +278,15 @@ def test_staleness_from_the_environment_and_keywords_over_it():
     env = {"HOROVOD_PRAGUE_STALENESS": "0"}
     assert PragueConfig.from_sources(env=env).staleness == 0
     assert PragueConfig.from_sources({"staleness": 3}, env=env).staleness == 3
+
+
+def test_call_with_deadline_returns_raises_and_gives_up_in_time():
+    assert call_with_deadline(lambda: 42, 5.0, lambda: "late") == 42
+    with pytest.raises(ZeroDivisionError):
+        call_with_deadline(lambda: 1 / 0, 5.0, lambda: "late")
+    release = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(GroupWaitTimeout, match="collective 'g.n1' did not complete"):
+        call_with_deadline(lambda: release.wait(30), 0.2, lambda: late_collective("g.n1", 0.2))
+    assert time.monotonic() - start < 5
+    release.set()
