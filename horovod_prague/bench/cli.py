@@ -28,7 +28,7 @@ from typing import Any
 from ..common.config import PragueConfig
 from ..runner import flag
 from .report import summarize, write_outputs
-from .workload import SCENARIOS, cache_dir, mnist1d, schedule
+from .workload import SAMPLING, SCENARIOS, cache_dir, mnist1d, schedule
 
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "allreduce": ("stock Horovod All-Reduce", []),
@@ -84,6 +84,7 @@ class Plan:
     params: int
     batch: int
     lr: float
+    sampling: str
     target: float
     timeout: float
 
@@ -105,6 +106,13 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     ap.add_argument("--params", type=int, help="synthetic floats averaged with the model (1M)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument(
+        "--sampling",
+        choices=SAMPLING,
+        default="shard",
+        help="shard: each rank draws from its fixed 1/n of the training set (as "
+        "DistributedSampler); whole: from all of it, in its own order",
+    )
     ap.add_argument("--target", type=float, default=0.75, help="test accuracy to time")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a job may take")
     ap.add_argument("--out", type=Path, help="output folder (default bench-results/<time>)")
@@ -159,6 +167,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         params=pick("params"),
         batch=a.batch,
         lr=a.lr,
+        sampling=a.sampling,
         target=a.target,
         timeout=a.timeout,
     )
@@ -199,6 +208,7 @@ def run_job(
     command += ["--compute-ms", str(plan.compute_ms), "--params", str(plan.params)]
     command += ["--batch", str(plan.batch), "--lr", str(plan.lr), "--seed", str(job["seed"])]
     command += ["--eval-every", str(max(1, plan.steps // 30)), "--data", str(data)]
+    command += ["--sampling", plan.sampling]
     command += ["--out", str(out)]
     if flags:  # every rank at its own pace; All-Reduce's ranks move together
         command.append("--own-pace")

@@ -2,12 +2,13 @@
 
 It never imports horovod_prague: under ``horovodrun --prague ...`` the drop-in gives it
 Prague's ``DistributedOptimizer``; without the flag it is stock Horovod. Each rank trains a
-small CNN on its shard of MNIST-1D; a step is the real forward and backward pass plus a sleep
-of ``compute_ms`` times the step's slowdown factor, standing in for GPU compute. A synthetic
-parameter of ``params`` floats is averaged with the model, so communication has a realistic
-size. Rank 0 evaluates its own model every ``eval_every`` steps (time spent evaluating is
-left out of its clock) and, after the global collective that ends training, the consensus
-model; it writes the result to ``--out``.
+small CNN on its shard of MNIST-1D (``--sampling whole``: on all of it, in its own order); a
+step is the real forward and backward pass plus a sleep of ``compute_ms`` times the step's
+slowdown factor, standing in for GPU compute. A synthetic parameter of ``params`` floats is
+averaged with the model, so communication has a realistic size. Rank 0 evaluates its own
+model every ``eval_every`` steps (time spent evaluating is left out of its clock) and, after
+the global collective that ends training, the consensus model; it writes the result to
+``--out``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from horovod_prague.bench.workload import mnist1d, schedule
+from horovod_prague.bench.workload import SAMPLING, mnist1d, schedule
 
 
 def cnn(params: int) -> nn.Module:
@@ -69,6 +70,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sampling", choices=SAMPLING, default="shard")
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--data", default=None)
     ap.add_argument("--out", required=True)
@@ -89,7 +91,8 @@ def main() -> None:
     plan = schedule(a.scenario, size, a.steps, a.seed)
     factors = plan.factors[rank]
     my_steps = plan.own_pace_steps[rank] if a.own_pace else a.steps
-    shard = np.arange(rank, len(x), size)
+    # A fixed shard per rank, as DistributedSampler; or every example, in this rank's order.
+    shard = np.arange(rank, len(x), size) if a.sampling == "shard" else np.arange(len(x))
     order_rng = np.random.default_rng([a.seed, rank])
     order: list[int] = []
     communicated = dict(model.named_parameters())["communicated"]

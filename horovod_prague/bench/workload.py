@@ -22,6 +22,8 @@ SCENARIOS = {
     "random": "each rank's step 5x slower with probability 1/n",
     "persistent": "one rank (the last) 3x slower on every step",
 }
+SAMPLING = ("shard", "whole")
+"""Which training examples a rank draws its batches from (``prague-bench --sampling``)."""
 DATA_SEED = 42
 """MNIST-1D's standard generation seed: 4000 training and 1000 test examples."""
 
