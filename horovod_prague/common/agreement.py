@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 SCOPE = "prague-options"
+RANKS_ON_NODE = "ranks_on_this_node"
+"""Compared with the options: Prague needs the same number of ranks on every node."""
 _inits = 0
 
 
@@ -31,15 +33,22 @@ def differing(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
 
 
-def check_before_init(options: Mapping[str, Any], timeout: float) -> bool:
+def check_before_init(
+    options: Mapping[str, Any], timeout: float, env: Mapping[str, str] | None = None
+) -> bool:
     """Compare ``options`` with every rank's through the Gloo rendezvous store.
+
+    The launcher's count of ranks on this node (``HOROVOD_LOCAL_SIZE``) is compared too, so
+    that every rank of a job whose nodes run different numbers of ranks stops.
+
+    ``env``: the launcher's variables (default ``os.environ``).
 
     Returns False when there is no store (not a Gloo launch) or when some rank's options did
     not arrive within ``timeout`` (Horovod's own start-up then reports the missing rank), True
     when all agree. Raises ValueError, on every rank, naming the options that differ.
     """
     global _inits
-    env = os.environ
+    env = os.environ if env is None else env
     addr, port = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     rank, size = env.get("HOROVOD_RANK"), env.get("HOROVOD_SIZE")
     if not (addr and port and rank and size):
@@ -47,7 +56,8 @@ def check_before_init(options: Mapping[str, Any], timeout: float) -> bool:
     _inits += 1
     base = f"http://{addr}:{port}/{SCOPE}"
     me = int(rank)
-    body = json.dumps(dict(options), sort_keys=True)
+    facts = {**options, RANKS_ON_NODE: env.get("HOROVOD_LOCAL_SIZE")}
+    body = json.dumps(facts, sort_keys=True)
     options = json.loads(body)  # compared as the other ranks' arrive: through JSON
     try:
         _put(f"{base}/{me}.{_inits}", body.encode())
@@ -65,6 +75,12 @@ def check_before_init(options: Mapping[str, Any], timeout: float) -> bool:
             delay = min(2 * delay, 0.1)
         theirs = json.loads(raw)
         names = differing(options, theirs)
+        if RANKS_ON_NODE in names:
+            raise ValueError(
+                f"the nodes run different numbers of ranks: rank {me}'s node runs "
+                f"{options.get(RANKS_ON_NODE)}, rank {other}'s runs {theirs.get(RANKS_ON_NODE)} "
+                "(as with -H a:4,b:2). Prague needs the same number of ranks on every node"
+            )
         if names:
             details = ", ".join(f"{k}={options.get(k)!r} vs {theirs.get(k)!r}" for k in names)
             raise ValueError(
