@@ -32,7 +32,7 @@ import abc
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
 from .strategies import Group
 
@@ -130,29 +130,48 @@ def wait_until(ready: Callable[[], bool], timeout: float, late: Callable[[], str
         delay = min(delay * 2, 1e-3)
 
 
-def call_with_deadline(call: Callable[[], T], timeout: float, late: Callable[[], str]) -> T:
-    """``call()``, run on a daemon thread; GroupWaitTimeout if it has not returned by ``timeout``.
+class BackgroundCall(Generic[T]):
+    """``call()`` running on a daemon thread: for collectives a framework offers only as
+    blocking calls (TensorFlow's eager Horovod ops), to overlap them or to wait with a deadline.
 
-    For collectives a framework offers only as blocking calls (TensorFlow's eager Horovod
-    ops). On a timeout the call is left behind, still blocked: the error ends the job, and a
-    daemon thread does not keep the process from exiting.
+    A call that never returns is left behind: a daemon thread does not keep the process from
+    exiting. Where no thread can start (at interpreter shutdown, from Python 3.12 on: the
+    final average that ``leave`` runs at exit), the call runs in place, without a deadline.
     """
-    outcome: dict[str, Any] = {}
 
-    def run() -> None:
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._call = call
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="prague-collective", daemon=True)
         try:
-            outcome["value"] = call()
-        except BaseException as e:  # noqa: BLE001  (re-raised in the caller's thread)
-            outcome["error"] = e
+            self._thread.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            self._run()
 
-    worker = threading.Thread(target=run, name="prague-collective", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise GroupWaitTimeout(late())
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as e:  # noqa: BLE001  (re-raised in the caller's thread)
+            self._error = e
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self, timeout: float, late: Callable[[], str]) -> T:
+        """The call's value (or its exception); GroupWaitTimeout if not done by ``timeout``."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise GroupWaitTimeout(late())
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+def call_with_deadline(call: Callable[[], T], timeout: float, late: Callable[[], str]) -> T:
+    """``call()`` on a daemon thread; GroupWaitTimeout if it has not returned by ``timeout``."""
+    return BackgroundCall(call).result(timeout, late)
 
 
 def late_collective(name: str, timeout: float) -> str:

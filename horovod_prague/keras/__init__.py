@@ -36,7 +36,9 @@ from horovod.tensorflow.keras import *  # noqa: E402,F403  (the whole Horovod Ke
 from ..common.import_hook import KERAS_GLOBAL_COLLECTIVES, originals  # noqa: E402
 from ..tensorflow import average_model as average_model  # noqa: E402
 from ..tensorflow import config as config  # noqa: E402
+from ..tensorflow import drain as drain  # noqa: E402
 from ..tensorflow import exchange as exchange  # noqa: E402
+from ..tensorflow import exchange_stats as exchange_stats  # noqa: E402
 from ..tensorflow import finish as finish  # noqa: E402
 from ..tensorflow import init as init  # noqa: E402
 from ..tensorflow import next_group as next_group  # noqa: E402

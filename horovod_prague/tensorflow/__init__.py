@@ -34,6 +34,7 @@ next_group = _binding.next_group
 partial_allreduce = _binding.partial_allreduce
 exchange = _binding.exchange
 exchange_stats = _binding.exchange_stats
+drain = _binding.drain
 average_model = _binding.average_model
 finish = _binding.finish
 shutdown = _binding.shutdown

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -19,18 +18,20 @@ import tensorflow as tf
 
 from ..common.binding import Binding, distinct
 from ..common.import_hook import originals
-from ..common.overlap import call_with_deadline, late_collective
+from ..common.overlap import BackgroundCall, PendingAverage, call_with_deadline, late_collective
 
 _hvd = originals(horovod.tensorflow)
 
 
 class TensorflowBinding(Binding):
-    """Averages variables, grouped by dtype, with one Horovod collective per dtype; blocking.
+    """Averages variables, grouped by dtype, with one Horovod collective per dtype.
 
     Also holds the step a ``DistributedGradientTape`` defers (``defer``): the tape cannot see
     the user's ``apply_gradients``, so the average of step t runs when step t+1 asks for its
     gradients, before a guarded global collective, or at ``average_model``/``finish``.
     """
+
+    can_overlap = True
 
     def __init__(self, hvd: Any) -> None:
         super().__init__(hvd)
@@ -49,28 +50,21 @@ class TensorflowBinding(Binding):
     def average(
         self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
     ) -> None:
-        by_dtype: dict[tf.DType, list[tf.Variable]] = {}
-        for v in variables:
-            by_dtype.setdefault(v.dtype, []).append(v)
         timeout = self.config().timeout
-        for dtype, same in by_dtype.items():
-            tag = f"{name}.{dtype.name}"
-            values = [tf.convert_to_tensor(v) for v in same]
-            floating = dtype.is_floating or dtype.is_complex
-            if not floating:  # summed in int64: bool and small types cannot sum
-                values = [tf.cast(x, tf.int64) for x in values]
-            op = _hvd.Average if floating else _hvd.Sum
+        for part in _by_dtype(variables, name):
             # Horovod's eager TensorFlow collective blocks with no deadline: wait with one.
             reduced = call_with_deadline(
-                lambda values=values, op=op, tag=tag: _hvd.grouped_allreduce(
-                    values, op=op, name=tag, process_set=process_set
-                ),
+                functools.partial(part.reduce, process_set),
                 timeout,
-                lambda tag=tag: late_collective(tag, timeout),
+                lambda tag=part.tag: late_collective(tag, timeout),
             )
-            averaged = reduced if floating else [tf.cast(s // size, dtype) for s in reduced]
-            for v, a in zip(same, averaged, strict=True):
+            for v, a in zip(part.variables, part.averages(reduced, size), strict=True):
                 v.assign(a)
+
+    def start_average(
+        self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
+    ) -> PendingAverage:
+        return TensorflowPendingAverage(variables, name, process_set, size)
 
     def defer(self, variables: list[tf.Variable]) -> None:
         """Take the step deferred last, then defer one for ``variables`` (a tape's sources)."""
@@ -112,7 +106,9 @@ class TensorflowBinding(Binding):
                 return collective(*args, **kwargs)
             before = run_eagerly(self._consensus_first, self.tracked)
             with tf.control_dependencies([] if before is None else [before]):
-                return collective(*args, **kwargs)
+                result = collective(*args, **kwargs)
+            _chain_after(result)
+            return result
 
         return guarded
 
@@ -121,6 +117,66 @@ class TensorflowBinding(Binding):
             return
         self.flush()
         self.consensus()
+
+
+class _DtypePart:
+    """The variables of one dtype in an average, their values as sent, and the collective's tag.
+
+    Floating-point values are averaged; integer and bool ones summed in int64 (small types
+    overflow and Horovod cannot sum bool), and each variable takes its group's floor mean.
+    """
+
+    def __init__(self, variables: list[tf.Variable], tag: str) -> None:
+        self.variables = variables
+        self.tag = tag
+        dtype = variables[0].dtype
+        self.dtype = dtype
+        self.floating = dtype.is_floating or dtype.is_complex
+        # Read now: the variables' later in-place updates copy their buffers, not these.
+        self.values = [tf.identity(v) if self.floating else tf.cast(v, tf.int64) for v in variables]
+
+    def reduce(self, process_set: Any) -> list[tf.Tensor]:
+        op = _hvd.Average if self.floating else _hvd.Sum
+        return _hvd.grouped_allreduce(self.values, op=op, name=self.tag, process_set=process_set)
+
+    def averages(self, reduced: list[tf.Tensor], size: int) -> list[tf.Tensor]:
+        return reduced if self.floating else [tf.cast(s // size, self.dtype) for s in reduced]
+
+
+def _by_dtype(variables: Sequence[tf.Variable], name: str) -> list[_DtypePart]:
+    same: dict[tf.DType, list[tf.Variable]] = {}
+    for v in variables:
+        same.setdefault(v.dtype, []).append(v)
+    return [_DtypePart(vs, f"{name}.{dtype.name}") for dtype, vs in same.items()]
+
+
+class TensorflowPendingAverage(PendingAverage):
+    """A snapshot of the variables, averaged by Horovod on a background thread.
+
+    Horovod's eager TensorFlow collectives block, so a daemon thread runs them while the rank
+    trains on. The same collectives as ``TensorflowBinding.average``; ``apply`` adds
+    ``average - snapshot`` to floating-point variables and sets integer ones to the floor mean.
+    """
+
+    def __init__(
+        self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
+    ) -> None:
+        self.size = size
+        self.parts = _by_dtype(variables, name)
+        self.call = BackgroundCall(lambda: [part.reduce(process_set) for part in self.parts])
+
+    def ready(self) -> bool:
+        return self.call.done()
+
+    def apply(self) -> None:
+        reduced = self.call.result(0.0, lambda: "apply() before the average completed")
+        for part, results in zip(self.parts, reduced, strict=True):
+            averages = part.averages(results, self.size)
+            for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
+                if part.floating:
+                    v.assign_add(a - snapshot)
+                else:
+                    v.assign(a)
 
 
 class PragueSteps:
@@ -151,7 +207,9 @@ class _Staged:
         self.handles = handles
 
 
-_staged: weakref.WeakKeyDictionary[Any, _Staged] = weakref.WeakKeyDictionary()
+STAGED = "_prague_staged"
+"""The attribute of a traced graph that holds its ``_Staged`` (on the graph, not in a map
+keyed by it: the ops it holds refer to the graph, which must stay collectable)."""
 
 
 def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) -> tf.Tensor | None:
@@ -175,7 +233,7 @@ def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) 
         return tf.constant(0)
 
     graph = tf.compat.v1.get_default_graph()
-    earlier = _staged.get(graph)
+    earlier: _Staged | None = getattr(graph, STAGED, None)
     handles = distinct(
         [
             *(earlier.handles if earlier else []),
@@ -184,8 +242,27 @@ def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) 
     )
     with tf.control_dependencies([] if earlier is None else [earlier.op]):
         op = tf.py_function(call, inp=handles, Tout=tf.int32)
-    _staged[graph] = _Staged(op, handles)
+    setattr(graph, STAGED, _Staged(op, handles))
     return op
+
+
+def _chain_after(result: Any) -> None:
+    """In a traced graph, order later staged Prague calls after ``result``'s ops as well.
+
+    A guarded global collective must complete before the rank's next group average starts,
+    as it does eagerly: otherwise a blocking average could hold the rank while its peers wait
+    in the collective.
+    """
+    if tf.executing_eagerly():
+        return
+    graph = tf.compat.v1.get_default_graph()
+    earlier: _Staged | None = getattr(graph, STAGED, None)
+    ops = [x for x in tf.nest.flatten(result) if isinstance(x, tf.Tensor | tf.Operation)]
+    if earlier is None or not ops:
+        return
+    with tf.control_dependencies([earlier.op, *ops]):
+        link = tf.identity(earlier.op)
+    setattr(graph, STAGED, _Staged(link, earlier.handles))
 
 
 binding = TensorflowBinding(_hvd)

@@ -4,6 +4,7 @@ import os
 import statistics
 from collections import defaultdict
 
+import numpy as np
 import pytest
 from launch import run_ranks
 
@@ -132,3 +133,17 @@ def test_tensorflow_variables_get_the_group_mean(tmp_path):
     finals = [rep["final"] for rep in job.reports]
     assert all(f == finals[0] for f in finals)
     assert finals[0][0] == [1.5] * 3
+    by_rank = {rep["rank"]: rep["overlapped"] for rep in job.reports}
+    averaged = 0
+    for steps in by_rank.values():
+        for i, step in enumerate(steps):
+            group = step["group"]
+            assert group is not None, "nothing was in flight, so a group must start"
+            if len(group) < 2:
+                continue
+            averaged += 1
+            # The group's mean of the snapshots, plus the update made while in flight.
+            mean = np.mean([by_rank[m][i]["snapshot"] for m in group], axis=0)
+            np.testing.assert_allclose(step["after"], mean - 1.0, rtol=1e-5, atol=1e-5)
+            assert step["counter"] == sum(10 * m + 3 for m in group) // len(group)
+    assert averaged > 0

@@ -3,7 +3,9 @@
 argv[1]: the rank that hangs (at step ``HANG_AT``; it sleeps, as a rank stuck in a kernel or
 a debugger would, then leaves); argv[2]: ``torch`` (default) or ``tensorflow``. Each other
 rank reports the error it got, and how long after its own step ``HANG_AT`` began it got it;
-the job's Prague timeout is ``TIMEOUT`` seconds.
+the job's Prague timeout is ``TIMEOUT`` seconds. Staleness 1: every step asks the Group
+Generator, so the rank silent longest is the one that stopped (with more, a rank taking lone
+steps asks less often, and one held up by the stopped rank may have been silent longer).
 """
 
 import os
@@ -22,7 +24,7 @@ if framework == "torch":
 
     import horovod_prague.torch as hvd
 
-    hvd.init(strategy="random", timeout=TIMEOUT, seed=2)
+    hvd.init(strategy="random", timeout=TIMEOUT, seed=2, staleness=1)
     model = torch.nn.Linear(8, 2)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01))
@@ -38,7 +40,7 @@ else:
 
     import horovod_prague.tensorflow as hvd
 
-    hvd.init(strategy="random", timeout=TIMEOUT, seed=2)
+    hvd.init(strategy="random", timeout=TIMEOUT, seed=2, staleness=1)
     weights = tf.Variable(tf.random.normal([8, 2]))
     hvd.broadcast_variables([weights], root_rank=0)
     opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01))
