@@ -88,8 +88,9 @@ class Binding(abc.ABC):
         if comm is not None:
             horovod_kwargs["comm"] = comm
         self._runtime = initialize(self.hvd, config, horovod_kwargs)
-        if config.staleness > 0 and self.can_overlap:
-            self._averager = OverlappedAverager(config.staleness, config.timeout)
+        staleness = config.staleness_for(self._runtime.topology.size)
+        if staleness > 0 and self.can_overlap:
+            self._averager = OverlappedAverager(staleness, config.timeout)
         self._watch_for_crash()
         atexit.register(self.leave)
 

@@ -261,8 +261,15 @@ def test_the_averager_needs_staleness_of_at_least_one(bad):
         OverlappedAverager(staleness=bad, timeout=1.0)
 
 
-def test_staleness_default():
-    assert PragueConfig().staleness == 1
+def test_staleness_default_is_auto_two_on_small_jobs_one_on_larger():
+    assert PragueConfig().staleness == "auto"
+    assert [PragueConfig().staleness_for(n) for n in (2, 4, 5, 8, 64)] == [2, 2, 1, 1, 1]
+
+
+@pytest.mark.parametrize("bad", ["1.5", "two", True, ""])
+def test_staleness_must_be_auto_or_a_number_of_steps(bad):
+    with pytest.raises(ValueError, match="^staleness:"):
+        PragueConfig(staleness=bad)
 
 
 @pytest.mark.parametrize(
@@ -276,8 +283,9 @@ def test_negative_staleness_is_rejected(kwargs, env):
 
 def test_staleness_from_the_environment_and_keywords_over_it():
     env = {"HOROVOD_PRAGUE_STALENESS": "0"}
-    assert PragueConfig.from_sources(env=env).staleness == 0
-    assert PragueConfig.from_sources({"staleness": 3}, env=env).staleness == 3
+    assert PragueConfig.from_sources(env=env).staleness_for(8) == 0
+    assert PragueConfig.from_sources({"staleness": 3}, env=env).staleness_for(8) == 3
+    assert PragueConfig.from_sources({"staleness": "auto"}, env=env).staleness_for(8) == 1
 
 
 def test_call_with_deadline_returns_raises_and_gives_up_in_time():

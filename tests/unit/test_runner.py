@@ -80,7 +80,9 @@ def test_a_bare_flag_switches_on_the_default_design(program):
     env = {}
     runner.set_env(env, args)
     assert env == {"HOROVOD_PRAGUE_STRATEGY": PragueConfig().strategy}
-    assert PragueConfig.from_sources(env=env).staleness == PragueConfig().staleness > 0
+    config = PragueConfig.from_sources(env=env)
+    assert config.staleness == PragueConfig().staleness
+    assert config.staleness_for(4) > 0 and config.staleness_for(8) > 0
 
 
 def test_a_strategy_typo_is_not_taken_for_the_command():
