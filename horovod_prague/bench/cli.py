@@ -28,7 +28,7 @@ from typing import Any
 from ..common.config import PragueConfig
 from ..runner import flag
 from .report import summarize, write_outputs
-from .workload import SAMPLING, SCENARIOS, cache_dir, mnist1d, schedule
+from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, cache_dir, mnist1d, schedule
 
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "allreduce": ("stock Horovod All-Reduce", []),
@@ -84,6 +84,7 @@ class Plan:
     params: int
     batch: int
     lr: float
+    framework: str
     sampling: str
     target: float
     timeout: float
@@ -106,6 +107,12 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     ap.add_argument("--params", type=int, help="synthetic floats averaged with the model (1M)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default="torch",
+        help="train with PyTorch or TensorFlow (a tf.function step with DistributedGradientTape)",
+    )
     ap.add_argument(
         "--sampling",
         choices=SAMPLING,
@@ -167,6 +174,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         params=pick("params"),
         batch=a.batch,
         lr=a.lr,
+        framework=a.framework,
         sampling=a.sampling,
         target=a.target,
         timeout=a.timeout,
@@ -208,7 +216,7 @@ def run_job(
     command += ["--compute-ms", str(plan.compute_ms), "--params", str(plan.params)]
     command += ["--batch", str(plan.batch), "--lr", str(plan.lr), "--seed", str(job["seed"])]
     command += ["--eval-every", str(max(1, plan.steps // 30)), "--data", str(data)]
-    command += ["--sampling", plan.sampling]
+    command += ["--framework", plan.framework, "--sampling", plan.sampling]
     command += ["--out", str(out)]
     if flags:  # every rank at its own pace; All-Reduce's ranks move together
         command.append("--own-pace")
@@ -256,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = job_order(plan)
     labels = {s: system_flags(s) for s in plan.systems}
     print(
-        f"prague-bench: {len(jobs)} jobs ({', '.join(plan.systems)}) x ranks {plan.ranks} x "
+        f"prague-bench: {len(jobs)} {plan.framework} jobs ({', '.join(plan.systems)}) x ranks "
+        f"{plan.ranks} x "
         f"{', '.join(plan.scenarios)} x {plan.seeds} seed(s), {plan.steps} steps of "
         f"{plan.compute_ms:g} ms, {plan.params:,} synthetic floats; results in {out}",
         flush=True,

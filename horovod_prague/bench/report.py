@@ -37,12 +37,17 @@ def alone_share(run: dict[str, Any]) -> float | None:
 
 def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, Any]]:
     """One row per cell: mean ratios to All-Reduce over the cell's blocks."""
-    blocks: dict[tuple[int, str, int], dict[str, dict[str, Any]]] = defaultdict(dict)
+    blocks: dict[tuple[int, str, int, str], dict[str, dict[str, Any]]] = defaultdict(dict)
     for r in results:
-        blocks[(r["ranks"], r["scenario"], r["seed"])][r["system"]] = r
+        framework = r.get("framework", "torch")
+        blocks[(r["ranks"], r["scenario"], r["seed"], framework)][r["system"]] = r
     cells: dict[tuple[int, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for (ranks, scenario, _), runs in blocks.items():
-        base = runs.get("allreduce")
+    for (ranks, scenario, _, framework), by_system in blocks.items():
+        # Each framework's systems are compared with its own All-Reduce.
+        runs = {
+            (s if framework == "torch" else f"{s} ({framework})"): r for s, r in by_system.items()
+        }
+        base = runs.get("allreduce" if framework == "torch" else f"allreduce ({framework})")
         if base is None:
             continue
         base_target = time_to(base["curve"], target)

@@ -22,6 +22,8 @@ SCENARIOS = {
     "random": "each rank's step 5x slower with probability 1/n",
     "persistent": "one rank (the last) 3x slower on every step",
 }
+FRAMEWORKS = ("torch", "tensorflow")
+"""What a benchmark rank trains with (``prague-bench --framework``)."""
 SAMPLING = ("shard", "whole")
 """Which training examples a rank draws its batches from (``prague-bench --sampling``)."""
 DATA_SEED = 42

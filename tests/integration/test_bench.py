@@ -9,9 +9,11 @@ import pytest
 pytestmark = pytest.mark.multirank
 
 
-def test_a_tiny_bench_run_writes_its_table_json_and_plots(tmp_path):
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_a_tiny_bench_run_writes_its_table_json_and_plots(tmp_path, framework):
     out = tmp_path / "bench"
     command = [sys.executable, "-m", "horovod_prague.bench", "--ranks", "4"]
+    command += ["--framework", framework]
     command += ["--scenarios", "persistent", "--systems", "allreduce,prague", "--seeds", "1"]
     command += ["--steps", "24", "--compute-ms", "20", "--params", "20000", "--out", str(out)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
@@ -19,11 +21,14 @@ def test_a_tiny_bench_run_writes_its_table_json_and_plots(tmp_path):
     assert "[1/2" in run.stdout and "[2/2" in run.stdout  # a progress line per job
     assert "vs AR" in run.stdout
     results = json.loads((out / "results.json").read_text())
-    rows = {r["system"]: r for r in results["summary"]}
+    # Rows of another framework than PyTorch name it: "prague (tensorflow)".
+    suffix = "" if framework == "torch" else f" ({framework})"
+    rows = {r["system"].removesuffix(suffix): r for r in results["summary"]}
     assert rows["allreduce"]["throughput"] == 1.0
     assert rows["prague"]["same_model"] and rows["allreduce"]["same_model"]
     assert rows["prague"]["bound"] == pytest.approx(2.5, abs=0.05)  # one 3x rank of 4
     runs = {r["system"]: r for r in results["runs"]}
+    assert {r["framework"] for r in runs.values()} == {framework}
     # All-Reduce's ranks move together; under Prague the straggler takes a third of the steps.
     assert runs["allreduce"]["steps_per_rank"] == [24] * 4
     assert runs["prague"]["steps_per_rank"][3] * 3 == pytest.approx(

@@ -1,0 +1,54 @@
+"""What one framework says for a benchmark rank: the model, a step, and Horovod's calls."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+CONV_LAYERS = ((32, 5), (32, 3), (32, 3))
+"""The CNN's 1-D convolutions, (channels, kernel), each with stride 2 and ReLU; then a
+linear layer to the 10 classes."""
+
+
+class Trainer(abc.ABC):
+    """One framework's side of a benchmark rank."""
+
+    prague_module: str
+    """The Prague package the drop-in loads under ``--prague``."""
+
+    @abc.abstractmethod
+    def __init__(
+        self, data: dict[str, np.ndarray], params: int, lr: float, seed: int, batch: int
+    ) -> None:
+        """``hvd.init()``, the model and its wrapped optimizer, and rank 0's broadcast; ready
+        for steps of ``batch`` examples (a traced step is traced here, before the clock)."""
+
+    rank: int
+    size: int
+
+    @abc.abstractmethod
+    def step(self, batch: np.ndarray) -> None:
+        """One training step on the examples ``batch``: local gradients, then the wrapper's."""
+
+    @abc.abstractmethod
+    def accuracy(self) -> float:
+        """This rank's model's test accuracy."""
+
+    @abc.abstractmethod
+    def digest(self) -> str:
+        """A hash of this rank's model parameters."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None: ...
+
+    @abc.abstractmethod
+    def end(self) -> None:
+        """The script's own global collective: under Prague, consensus runs first."""
+
+    @abc.abstractmethod
+    def allgather_object(self, value: Any, name: str) -> list[Any]: ...
+
+    @abc.abstractmethod
+    def shutdown(self) -> None: ...
