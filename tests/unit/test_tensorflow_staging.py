@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
+# Imported here, TensorFlow must come up with tf-keras, as horovod_prague.keras (whose
+# doctests are collected in this same process) requires.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 tf = pytest.importorskip("tensorflow")
 binding = pytest.importorskip("horovod_prague.tensorflow.binding")
 
