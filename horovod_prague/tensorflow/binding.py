@@ -1,9 +1,10 @@
 """How Prague averages TensorFlow variables, and the one binding every TF module of ours shares.
 
 Group averages run eagerly: the group is decided at run time by the Group Generator, so a
-Prague step inside a ``tf.function`` is staged as a ``tf.py_function`` (``run_eagerly``) that
-takes the variables' resource handles, which orders it after the traced updates of those
-variables and before later uses.
+Prague step inside a ``tf.function`` is staged as a ``tf.py_function`` (``run_eagerly``),
+ordered after the Prague calls and variable updates staged before it. Horovod's eager
+TensorFlow collectives block with no deadline, so each runs on a background thread: overlapped
+(``TensorflowPendingAverage``) or waited for with the job's timeout (``average``).
 """
 
 from __future__ import annotations
