@@ -28,6 +28,7 @@ def cnn() -> tf.keras.Model:
 
 
 class FrameworkTrainer(Trainer):
+    hvd = hvd
     prague_module = "horovod_prague.tensorflow"
 
     def __init__(
@@ -79,9 +80,3 @@ class FrameworkTrainer(Trainer):
 
     def end(self) -> None:
         hvd.allreduce(tf.constant(0.0), name="bench.end")
-
-    def allgather_object(self, value: Any, name: str) -> list[Any]:
-        return hvd.allgather_object(value, name=name)
-
-    def shutdown(self) -> None:
-        hvd.shutdown()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import horovod.torch as hvd
 import numpy as np
@@ -26,6 +25,7 @@ def cnn(params: int) -> nn.Module:
 
 
 class FrameworkTrainer(Trainer):
+    hvd = hvd
     prague_module = "horovod_prague.torch"
 
     def __init__(
@@ -67,9 +67,3 @@ class FrameworkTrainer(Trainer):
 
     def end(self) -> None:
         hvd.allreduce(torch.tensor(0.0), name="bench.end")
-
-    def allgather_object(self, value: Any, name: str) -> list[Any]:
-        return hvd.allgather_object(value, name=name)
-
-    def shutdown(self) -> None:
-        hvd.shutdown()

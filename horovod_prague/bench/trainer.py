@@ -17,6 +17,8 @@ class Trainer(abc.ABC):
 
     prague_module: str
     """The Prague package the drop-in loads under ``--prague``."""
+    hvd: Any
+    """The framework's Horovod module, as the script imports it (the drop-in patches it)."""
 
     @abc.abstractmethod
     def __init__(
@@ -47,8 +49,8 @@ class Trainer(abc.ABC):
     def end(self) -> None:
         """The script's own global collective: under Prague, consensus runs first."""
 
-    @abc.abstractmethod
-    def allgather_object(self, value: Any, name: str) -> list[Any]: ...
+    def allgather_object(self, value: Any, name: str) -> list[Any]:
+        return self.hvd.allgather_object(value, name=name)
 
-    @abc.abstractmethod
-    def shutdown(self) -> None: ...
+    def shutdown(self) -> None:
+        self.hvd.shutdown()
