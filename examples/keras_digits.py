@@ -64,9 +64,14 @@ def main():
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
-    # Horovod 0.28's MetricAverageCallback and learning-rate callbacks call Keras 3's backend,
-    # which lacks the functions they need under TensorFlow 2.16 and later; this one works.
-    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
+    callbacks = [
+        # Start every rank from rank 0's variables.
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+        # Report each epoch's metrics averaged over all ranks.
+        hvd.callbacks.MetricAverageCallback(),
+        # Ramp the learning rate up from args.lr to lr over the first epochs.
+        hvd.callbacks.LearningRateWarmupCallback(initial_lr=lr, warmup_epochs=3),
+    ]
     history = model.fit(
         x_train,
         y_train,
@@ -78,7 +83,9 @@ def main():
     _, accuracy = model.evaluate(x_test, y_test, batch_size=256, verbose=0)
     accuracy = float(hvd.allreduce(accuracy, name="test_accuracy"))
     if hvd.rank() == 0:
+        # MetricAverageCallback made these the means over all ranks.
         print(f"train loss {history.history['loss'][-1]:.4f}", flush=True)
+        print(f"learning rate after warm-up {history.history['lr'][-1]:.4f}", flush=True)
         print(f"final test accuracy {accuracy:.4f}", flush=True)
 
 

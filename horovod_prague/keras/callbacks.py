@@ -1,16 +1,15 @@
-"""Horovod's Keras callbacks, made to work with tf-keras and Prague.
+"""Horovod's Keras callbacks, with consensus before the global collectives they run.
 
-Those that run global collectives bring the model to consensus first, as the guarded
-functions do (under the drop-in, Horovod's own callbacks reach the guarded
-``horovod.tensorflow`` functions). Horovod 0.28 gives its callbacks Keras 3's backend, which
-lacks ``constant``, ``get_value`` and ``set_value``; these use tf-keras' backend.
+``BroadcastGlobalVariablesCallback`` and ``MetricAverageCallback`` bring the model to
+consensus first, as the guarded functions do. (Under the drop-in, Horovod's own callbacks
+reach the guarded ``horovod.tensorflow`` functions instead.) The learning-rate callbacks run
+no collective and are Horovod's own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import tf_keras
 from horovod.tensorflow.keras import callbacks as _callbacks
 from horovod.tensorflow.keras.callbacks import *  # noqa: F403  (Horovod's callbacks)
 
@@ -29,26 +28,6 @@ class BroadcastGlobalVariablesCallback(_callbacks.BroadcastGlobalVariablesCallba
 class MetricAverageCallback(_callbacks.MetricAverageCallback):
     """Horovod's: average the epoch's metrics over all ranks."""
 
-    def __init__(self, device: str = "") -> None:
-        super().__init__(device)
-        self.backend = tf_keras.backend
-
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         binding._consensus_first()
         super().on_epoch_end(epoch, logs)
-
-
-class LearningRateScheduleCallback(_callbacks.LearningRateScheduleCallback):
-    """Horovod's: a learning rate that is a function of the epoch."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.backend = tf_keras.backend
-
-
-class LearningRateWarmupCallback(_callbacks.LearningRateWarmupCallback):
-    """Horovod's: a gradual learning-rate warm-up over the first epochs."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.backend = tf_keras.backend
