@@ -10,8 +10,13 @@ default, standing in for rank 0's training step; ``--train python`` holds the GI
 This process drives it over loopback with one connection per simulated rank, all from one
 ``selectors`` loop, in two modes per strategy: *saturated*, every rank sends its next `next`
 as soon as the reply arrives; and *paced*, the ranks together send ``--rate`` requests per
-second on a fixed schedule. Latency is from a request's send to its reply. ``--duration`` is
-the whole run, split evenly over the phases; the first tenth of each phase is not counted.
+second on a fixed schedule (a comma-separated list: one paced phase per rate). Latency is
+from a request's send to its reply. ``--duration`` is the whole run, split evenly over the
+phases; the first tenth of each phase is not counted.
+
+``--server echo`` replaces the Group Generator with a bare echo server on the same kind of
+thread, one ``selectors`` loop and the same training stand-in (no protocol, no MAC, no
+strategy), driven the same way: the latency floor of this machine for such a service.
 """
 
 from __future__ import annotations
@@ -35,11 +40,18 @@ from horovod_prague.common.topology import Topology
 FINGERPRINT = "gg-load"
 
 
-def serve(strategy: str, ranks: int, local_size: int, train: str, pipe: Connection) -> None:
+def serve(
+    strategy: str, ranks: int, local_size: int, train: str, kind: str, pipe: Connection
+) -> None:
     """The rank-0 stand-in: the server, and a training loop in the main thread until told."""
-    gg = GroupGenerator(make_strategy(PragueConfig(strategy=strategy), Topology(ranks, local_size)))
     step = _training_step(train)
-    with GroupGeneratorServer(gg, new_token(), FINGERPRINT) as server:
+    if kind == "echo":
+        server: GroupGeneratorServer | EchoServer = EchoServer()
+    else:
+        topology = Topology(ranks, local_size)
+        gg = GroupGenerator(make_strategy(PragueConfig(strategy=strategy), topology))
+        server = GroupGeneratorServer(gg, new_token(), FINGERPRINT)
+    with server:
         pipe.send((server.address, server.token))
         thread = next(t for t in threading.enumerate() if t.name == "prague-gg").native_id
         steps, phase_start, cpu_start = 0, time.perf_counter(), _thread_cpu(thread)
@@ -59,6 +71,51 @@ def serve(strategy: str, ranks: int, local_size: int, train: str, pipe: Connecti
             "generator_errors": server.generator_errors,
         }
     pipe.send(stats)
+
+
+class EchoServer:
+    """Sends back every byte received, from one ``selectors`` thread named as the GG's."""
+
+    token = b""
+
+    def __init__(self) -> None:
+        self.rejected: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+        self.generator_errors = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="prague-gg", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._listener.getsockname()[:2]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(0.1):
+                if key.fileobj is self._listener:
+                    sock, _ = self._listener.accept()
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    self._selector.register(sock, selectors.EVENT_READ)
+                    continue
+                sock = key.fileobj
+                data = sock.recv(65536)
+                if data:
+                    sock.sendall(data)
+                else:
+                    self._selector.unregister(sock)
+                    sock.close()
+
+    def __enter__(self) -> EchoServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 def _thread_cpu(native_id: int | None) -> float:
@@ -97,9 +154,17 @@ def _training_step(train: str):
 class Rank:
     """One simulated rank's connection, driven without blocking."""
 
-    def __init__(self, address: tuple[str, int], token: bytes, rank: int) -> None:
+    def __init__(self, address: tuple[str, int], token: bytes, rank: int, echo: bool) -> None:
         self.sock = socket.create_connection(address, timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.ids = 0
+        self.sent_at: float | None = None
+        self.due = 0.0
+        self.channel: Channel | EchoChannel
+        if echo:
+            self.channel = EchoChannel()
+            self.sock.setblocking(False)
+            return
         self.channel = Channel(token, "client")
         greet(self.sock, self.channel)
         self.sock.sendall(
@@ -109,9 +174,6 @@ class Rank:
         if not reply or not reply.get("ok"):
             raise RuntimeError(f"rank {rank}: hello refused: {reply}")
         self.sock.setblocking(False)
-        self.ids = 0
-        self.sent_at: float | None = None
-        self.due = 0.0
 
     def send(self, now: float) -> None:
         self.ids += 1
@@ -130,6 +192,26 @@ class Rank:
                 raise RuntimeError(f"bad reply: {reply}")
             count += 1
         return count
+
+
+class EchoChannel:
+    """Frames for the echo server: a request's id in 8 bytes, which comes back as its reply."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def seal(self, message: dict) -> bytes:
+        return message["id"].to_bytes(8, "big")
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+
+    def receive(self) -> dict | None:
+        if len(self.buffer) < 8:
+            return None
+        request_id = int.from_bytes(self.buffer[:8], "big")
+        del self.buffer[:8]
+        return {"ok": True, "id": request_id}
 
 
 def drive(ranks: list[Rank], seconds: float, rate: float | None) -> tuple[int, list[float], float]:
@@ -192,11 +274,15 @@ def main() -> None:
     parser.add_argument("--local-size", type=int, default=8)
     parser.add_argument("--strategies", default="smart,random")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds, all phases")
-    parser.add_argument("--rate", type=float, default=10_000, help="paced mode, requests/s")
+    parser.add_argument(
+        "--rate", default="10000", help="paced mode, requests/s; a comma-separated list"
+    )
     parser.add_argument("--train", default="numpy", choices=("numpy", "python", "none"))
+    parser.add_argument("--server", default="gg", choices=("gg", "echo"))
     args = parser.parse_args()
-    strategies = args.strategies.split(",")
-    phase = args.duration / (2 * len(strategies))
+    strategies = ["echo"] if args.server == "echo" else args.strategies.split(",")
+    rates = [float(r) for r in args.rate.split(",")]
+    phase = args.duration / ((1 + len(rates)) * len(strategies))
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ctx = multiprocessing.get_context("spawn")
@@ -212,12 +298,14 @@ def main() -> None:
     for strategy in strategies:
         here, there = ctx.Pipe()
         server = ctx.Process(
-            target=serve, args=(strategy, args.ranks, args.local_size, args.train, there)
+            target=serve,
+            args=(strategy, args.ranks, args.local_size, args.train, args.server, there),
         )
         server.start()
         address, token = here.recv()
-        ranks = [Rank(address, token, r) for r in range(args.ranks)]
-        for mode, rate in (("saturated", None), ("paced", args.rate)):
+        echo = args.server == "echo"
+        ranks = [Rank(address, token, r, echo) for r in range(args.ranks)]
+        for mode, rate in (("saturated", None), *(("paced", r) for r in rates)):
             here.send("phase")
             here.recv()
             driver_cpu = time.process_time()
