@@ -238,9 +238,10 @@ class Binding(abc.ABC):
         rank runs the groups already decided for it, in order, so no rank waits in a group for
         a rank that waits in the global average. Returns False, with a warning, once some rank
         has finished (a global average can no longer form); after ``finish`` it always averages.
+        While optimizers are tracked, every tracked model is averaged too (``_sync_tensors``).
         """
         rt = self.runtime()
-        values = self.tensors(model_or_tensors)
+        values = self._sync_tensors(self.tensors(model_or_tensors))
         self.drain()
         if rt.finished:
             rt.finals += 1
@@ -269,7 +270,7 @@ class Binding(abc.ABC):
         every rank holds the same model once all have finished, even after different numbers
         of steps.
         """
-        values = self.tensors(model_or_tensors)
+        values = self._sync_tensors(self.tensors(model_or_tensors))
         self.drain()
         self._run_owed(values, self.runtime().finish())
         if average:
@@ -309,6 +310,16 @@ class Binding(abc.ABC):
         every step makes each group average the same tensors on every member.
         """
         return self.tracked() if self._tracked else own
+
+    def _sync_tensors(self, values: list[Any]) -> list[Any]:
+        """What ``average_model`` and ``finish`` average: every tracked model, then ``values``.
+
+        The groups they run first were decided for steps: their other members may run them as
+        optimizer steps, which average every tracked model (``step_tensors``). With only
+        ``values`` (say, one of two tracked models) the members would wait on different
+        collectives until the timeout.
+        """
+        return distinct([*self.step_tensors(values), *values])
 
     def consensus(self) -> None:
         """Average the tracked models globally if they changed since the last consensus.

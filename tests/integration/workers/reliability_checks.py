@@ -69,6 +69,26 @@ def test_explicit_loop_with_a_global_collective_each_step_does_not_hang():
         assert _same_on_all_ranks(weights)
 
 
+def test_uneven_steps_then_a_global_collective_do_not_hang():
+    """Ranks that leave their loop early reach the script's global collective while others
+    still step and ask for groups: those groups leave the waiting ranks out."""
+    rng = random.Random(20 + hvd.rank())
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    my_steps = 10 + 3 * hvd.rank()
+    for _ in range(my_steps):
+        _jitter(rng)
+        opt.zero_grad()
+        model(torch.randn(8, 4) * (1 + hvd.rank())).sum().backward()
+        opt.step()
+    total = hvd.allreduce(torch.tensor(float(my_steps)), op=hvd.Sum, name="uneven.steps")
+    assert total.item() == sum(10 + 3 * r for r in range(hvd.size()))
+    # The guard brought the model to consensus before the collective.
+    for p in model.parameters():
+        assert _same_on_all_ranks(p)
+
+
 def test_two_optimizers_average_the_same_tensors_in_every_group():
     rng = random.Random(10 + hvd.rank())
     torch.manual_seed(0)
@@ -87,6 +107,27 @@ def test_two_optimizers_average_the_same_tensors_in_every_group():
         opt_g.step()
     assert hvd.average_model([*gen.parameters(), *disc.parameters()])
     for p in [*gen.parameters(), *disc.parameters()]:
+        assert _same_on_all_ranks(p)
+
+
+def test_average_model_of_one_tracked_model_meets_partners_stepping_all():
+    """``average_model(a)`` runs its owed groups while partners still step with every tracked
+    model (``a`` and ``b``): both sides must average the same tensors (before, the owed
+    groups averaged ``a`` alone and the members timed out on differently named
+    collectives)."""
+    rng = random.Random(30 + hvd.rank())
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
+    opt_a = hvd.DistributedOptimizer(torch.optim.SGD(a.parameters(), lr=0.1))
+    opt_b = hvd.DistributedOptimizer(torch.optim.SGD(b.parameters(), lr=0.1))
+    for _ in range(8 + 2 * hvd.rank()):
+        _jitter(rng)
+        for opt, model in ((opt_a, a), (opt_b, torch.nn.Sequential(a, b))):
+            opt.zero_grad()
+            model(torch.randn(4, 3) * (1 + hvd.rank())).sum().backward()
+            opt.step()
+    assert hvd.average_model(a)
+    for p in [*a.parameters(), *b.parameters()]:
         assert _same_on_all_ranks(p)
 
 
