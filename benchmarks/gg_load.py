@@ -280,8 +280,14 @@ def main() -> None:
     parser.add_argument("--train", default="numpy", choices=("numpy", "python", "none"))
     parser.add_argument("--server", default="gg", choices=("gg", "echo"))
     args = parser.parse_args()
-    strategies = ["echo"] if args.server == "echo" else args.strategies.split(",")
-    rates = [float(r) for r in args.rate.split(",")]
+    echo = args.server == "echo"
+    strategies = ["echo"] if echo else args.strategies.split(",")
+    try:
+        rates = [float(r) for r in args.rate.split(",")]
+    except ValueError:
+        parser.error(f"--rate: comma-separated requests/s, got {args.rate!r}")
+    if not all(r > 0 for r in rates):
+        parser.error(f"--rate: every rate must be positive, got {args.rate!r}")
     phase = args.duration / ((1 + len(rates)) * len(strategies))
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -303,7 +309,6 @@ def main() -> None:
         )
         server.start()
         address, token = here.recv()
-        echo = args.server == "echo"
         ranks = [Rank(address, token, r, echo) for r in range(args.ranks)]
         for mode, rate in (("saturated", None), *(("paced", r) for r in rates)):
             here.send("phase")
