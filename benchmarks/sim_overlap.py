@@ -58,7 +58,7 @@ def run(
             heapq.heappush(events, (now + factors[r][step[r]], r))
             return
         finished[r] = now
-        for group in gg.finish(r):  # owed groups: submitted; their members will reach them
+        for group in gg.finish(r).groups:  # submitted; their members will reach them
             if len(group) < n:
                 submit(r, group, now)
 

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from .config import PragueConfig
+from .group_generator import Owed
 from .overlap import GroupWaitTimeout, OverlappedAverager, PendingAverage
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
@@ -176,10 +177,11 @@ class Binding(abc.ABC):
     def exchange_stats(self) -> dict[str, int]:
         """How this rank's ``exchange`` calls went: ``steps``; ``averaged`` (a group average
         started or run); ``alone`` (no partner), of which ``in_flight`` (the previous average
-        was still running); ``waited`` (steps that waited out ``staleness``)."""
+        was still running); ``waited`` (steps that waited out ``staleness``); and ``owed``,
+        groups decided for steps that ``average_model`` or ``finish`` ran instead."""
         return {
             k: self._exchange_counts[k]
-            for k in ("steps", "averaged", "alone", "in_flight", "waited")
+            for k in ("steps", "averaged", "alone", "in_flight", "waited", "owed")
         }
 
     def _silent_rank(self) -> str:
@@ -213,16 +215,24 @@ class Binding(abc.ABC):
         self._occurrences[group] += 1
         return f"{self.runtime().name(group)}.n{self._occurrences[group]}.{signature(values)}"
 
-    def _run_owed(self, values: list[Any], groups: list[Group]) -> None:
-        """Run the groups the Group Generator says this rank owes, in order, blocking.
+    def _run_owed(self, values: list[Any], owed: Owed) -> None:
+        """Run what the Group Generator says this rank owes, in order, blocking.
 
-        After a drain nothing is in flight, so a blocking average is what the overlapped one
-        would give, through the same collectives: a member that took the same group with
-        ``next_group`` and runs it overlapped meets this one.
+        Each owed group averages what an optimizer step averages (``step_tensors``): its other
+        members may run it as a step. Each world average averages ``_world_tensors``: every
+        rank runs it from ``average_model`` or ``finish``. After a drain nothing is in flight,
+        so a blocking average is what the overlapped one would give, through the same
+        collectives: a member that took the same group with ``next_group`` and runs it
+        overlapped meets this one.
         """
         self.drain()
-        for group in groups:
-            self._average_group(values, group)
+        self._exchange_counts["owed"] += len(owed.groups)
+        step_values = self.step_tensors(values)
+        for group in owed.groups:
+            self._average_group(step_values, group)
+        world_values = self._world_tensors(values)
+        for _ in range(owed.world_averages):
+            self._average_group(world_values, self.runtime().world)
 
     @_naming_the_silent_rank
     def drain(self) -> None:
@@ -238,26 +248,29 @@ class Binding(abc.ABC):
         rank runs the groups already decided for it, in order, so no rank waits in a group for
         a rank that waits in the global average. Returns False, with a warning, once some rank
         has finished (a global average can no longer form); after ``finish`` it always averages.
-        While optimizers are tracked, every tracked model is averaged too (``_sync_tensors``).
+        While optimizers are tracked, every tracked model is averaged too (``_run_owed``).
         """
         rt = self.runtime()
-        values = self._sync_tensors(self.tensors(model_or_tensors))
+        values = self.tensors(model_or_tensors)
         self.drain()
         if rt.finished:
             rt.finals += 1
             self.average(
-                values, f"prague.final.{rt.finals}", self.hvd.global_process_set, rt.topology.size
+                self._world_tensors(values),
+                f"prague.final.{rt.finals}",
+                self.hvd.global_process_set,
+                rt.topology.size,
             )
             return True
-        groups = rt.sync_groups()
-        if groups is None:
+        owed = rt.sync()
+        if owed is None:
             warnings.warn(
                 "average_model: a rank has already finished, so no global average "
                 "was made; call finish() on every rank for the final one",
                 stacklevel=2,
             )
             return False
-        self._run_owed(values, groups)
+        self._run_owed(values, owed)
         self._exchanges_since_consensus = 0
         return True
 
@@ -270,7 +283,7 @@ class Binding(abc.ABC):
         every rank holds the same model once all have finished, even after different numbers
         of steps.
         """
-        values = self._sync_tensors(self.tensors(model_or_tensors))
+        values = self.tensors(model_or_tensors)
         self.drain()
         self._run_owed(values, self.runtime().finish())
         if average:
@@ -311,15 +324,16 @@ class Binding(abc.ABC):
         """
         return self.tracked() if self._tracked else own
 
-    def _sync_tensors(self, values: list[Any]) -> list[Any]:
-        """What ``average_model`` and ``finish`` average: every tracked model, then ``values``.
+    def _world_tensors(self, values: list[Any]) -> list[Any]:
+        """What a world average of ``average_model`` or ``finish`` averages: ``values``, then
+        every tracked model not among them.
 
-        The groups they run first were decided for steps: their other members may run them as
-        optimizer steps, which average every tracked model (``step_tensors``). With only
-        ``values`` (say, one of two tracked models) the members would wait on different
-        collectives until the timeout.
+        Tracked models are included so that a consensus leaves every one of them equal on all
+        ranks; ``values`` come first so that ranks list them in one order even where a rank's
+        tracked models differ in order (a TensorFlow optimizer that never stepped lists its
+        variables in the model's order, not in the order it applied them).
         """
-        return distinct([*self.step_tensors(values), *values])
+        return distinct([*values, *self.step_tensors(values)])
 
     def consensus(self) -> None:
         """Average the tracked models globally if they changed since the last consensus.

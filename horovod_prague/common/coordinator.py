@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from .group_generator import GroupGenerator
+from .group_generator import GroupGenerator, Owed
 from .protocol import (
     MAX_FRAME,
     MAX_HELLO_FRAME,
@@ -324,7 +324,8 @@ class GroupGeneratorServer:
             groups = gg.sync(conn.rank, sync_id)
             return {"groups": None if groups is None else [list(g) for g in groups]}
         if op == "finish":
-            return {"groups": [list(g) for g in gg.finish(conn.rank)]}
+            owed = gg.finish(conn.rank)
+            return {"groups": [list(g) for g in owed.groups], "syncs": owed.world_averages}
         return {
             "counts": list(gg.counts),
             "generations": gg.generations,
@@ -518,8 +519,9 @@ class GroupGeneratorClient:
         groups = self.request("sync", sync=sync_id)["groups"]
         return None if groups is None else [tuple(g) for g in groups]
 
-    def finish(self) -> list[Group]:
-        return [tuple(g) for g in self.request("finish")["groups"]]
+    def finish(self) -> Owed:
+        reply = self.request("finish")
+        return Owed([tuple(g) for g in reply["groups"]], reply["syncs"])
 
     def stats(self) -> dict[str, Any]:
         return self.request("stats")

@@ -23,8 +23,21 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from typing import NamedTuple
 
 from .strategies import Group, GroupStrategy
+
+
+class Owed(NamedTuple):
+    """What a rank must run before it goes on: ``groups``, those already decided for its
+    steps, in order, then ``world_averages`` averages over all ranks (one per sync).
+
+    Kept apart because their other members run them differently: a group as a step
+    (averaging what a step averages), a world average as a sync.
+    """
+
+    groups: list[Group]
+    world_averages: int
 
 
 class GroupGenerator:
@@ -83,24 +96,24 @@ class GroupGenerator:
             self.buffers[rank].clear()
             return [*run, self.world]
 
-    def finish(self, rank: int) -> list[Group]:
-        """Mark ``rank`` finished and return the groups it must still run.
+    def finish(self, rank: int) -> Owed:
+        """Mark ``rank`` finished and return what it must still run.
 
-        Those are the groups already decided for it, which their other members will run, and
-        the world group of every sync other ranks have reached and it has not. No group made
-        after this call contains ``rank``.
+        The groups already decided for it, which their other members will run, then the world
+        average of every sync other ranks have reached and it has not.
+        No group made after this call contains ``rank``.
         """
         with self._lock:
             self._check(rank)
             self.active.discard(rank)
             self.paused.discard(rank)
-            left = list(self.buffers[rank])
+            owed = Owed(list(self.buffers[rank]), 0)
             self.buffers[rank].clear()
             for sync_id, happens in sorted(self.syncs.items()):
                 if happens and rank not in self.arrived[sync_id]:
                     self._arrive(sync_id, rank)
-                    left.append(self.world)
-            return left
+                    owed = owed._replace(world_averages=owed.world_averages + 1)
+            return owed
 
     def _arrive(self, sync_id: int, rank: int) -> None:
         self.arrived[sync_id].add(rank)

@@ -21,7 +21,7 @@ from typing import Any
 from .agreement import check_before_init
 from .config import PragueConfig
 from .coordinator import GroupGeneratorClient, GroupGeneratorServer
-from .group_generator import GroupGenerator
+from .group_generator import GroupGenerator, Owed
 from .process_sets import ProcessSetPool, collective_name
 from .protocol import new_token
 from .strategies import Group, GroupStrategy, make_strategy
@@ -44,6 +44,7 @@ class PragueRuntime:
         self.config = config
         self.strategy = strategy
         self.topology = strategy.topology
+        self.world: Group = tuple(range(self.topology.size))
         self.rank = hvd.rank()
         self.server: GroupGeneratorServer | None = None
         self.client = self._connect()
@@ -109,15 +110,19 @@ class PragueRuntime:
     def name(self, group: Group) -> str:
         return collective_name(group, self.topology.size)
 
-    def sync_groups(self) -> list[Group] | None:
-        """Groups to run, ending with the world group, for the next global sync; None: skipped."""
+    def sync(self) -> Owed | None:
+        """What to run for the next global sync, ending with one world average; None: skipped."""
         self.syncs += 1
-        return self.client.sync(self.syncs)
+        groups = self.client.sync(self.syncs)
+        if groups is None:
+            return None
+        *owed, _world = groups
+        return Owed(owed, 1)
 
-    def finish(self) -> list[Group]:
-        """Leave: the groups still owed to others, which the caller must run."""
+    def finish(self) -> Owed:
+        """Leave: what is still owed to others, which the caller must run."""
         if self.finished:
-            return []
+            return Owed([], 0)
         self.finished = True
         return self.client.finish()
 

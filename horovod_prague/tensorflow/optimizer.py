@@ -44,9 +44,11 @@ class _PragueState:
         self.local: set[Any] = set()
 
     def variables(self) -> list[tf.Variable]:
-        """The variables ``apply_gradients`` updated, then the model's (BatchNorm statistics)."""
+        """The model's variables (BatchNorm statistics too), then any other that
+        ``apply_gradients`` updated; in the model's order, which a rank knows before its
+        first step."""
         model = [] if self.model is None else binding.tensors(self.model)
-        return [v for v in distinct([*self.applied, *model]) if v.ref() not in self.local]
+        return [v for v in distinct([*model, *self.applied]) if v.ref() not in self.local]
 
 
 class _PragueOptimizer:

@@ -79,7 +79,8 @@ def simulate(
                     s.pending.append(Barrier(sync_ids[r], tuple(range(len(ranks)))))
         elif not s.finished:
             s.finished = True
-            s.pending.extend(gg.finish(r))
+            owed = gg.finish(r)
+            s.pending.extend([*owed.groups, *[gg.world] * owed.world_averages])
 
 
 def _done(s: RankState) -> bool:
@@ -199,7 +200,8 @@ def simulate_overlapped(
                 if collective_after_sync:
                     s.todo.append(Barrier(s.syncs, world))
             elif action == FINISH:
-                s.todo[:0] = gg.finish(r)
+                owed = gg.finish(r)
+                s.todo[:0] = [*owed.groups, *[world] * owed.world_averages]
             else:
                 assert isinstance(action, (tuple, Barrier))
                 s.blocked_on = _submit(s, action)

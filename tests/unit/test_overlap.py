@@ -13,7 +13,7 @@ from simulate import Deadlock, assert_shared_groups_in_one_order, simulate_overl
 from test_strategies import FAST, jobs
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.group_generator import GroupGenerator, Owed
 from horovod_prague.common.overlap import (
     GroupWaitTimeout,
     OverlappedAverager,
@@ -141,7 +141,7 @@ class ScriptedGG:
 
     def finish(self, rank):
         left, self.script[rank] = self.script[rank], []
-        return left
+        return Owed(left, 0)
 
 
 A, B, C = (0, 1), (0, 1, 2), (0, 1, 3)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from simulate import assert_shared_groups_in_one_order, simulate
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.group_generator import GroupGenerator, Owed
 from horovod_prague.common.strategies import (
     STRATEGY_CLASSES,
     SmartStrategy,
@@ -241,6 +241,16 @@ def test_group_generator_rejects_requests_after_finish_and_bad_ranks():
         assert 2 not in gg.next_group(random.choice([0, 1, 3]))
 
 
+def test_finish_keeps_owed_groups_apart_from_world_averages():
+    """With 2 ranks every step group is the world group: only the reply's split tells a
+    finishing rank which of its groups its partner runs as a step and which as a sync."""
+    gg = GroupGenerator(make_strategy(PragueConfig(strategy="random"), Topology(2, 2)))
+    assert gg.next_group(0) == (0, 1)
+    assert gg.sync(0, 1) == [(0, 1)]
+    assert gg.finish(1) == Owed([(0, 1)], 1)
+    assert gg.finish(0) == Owed([], 0)
+
+
 def test_a_sync_pauses_ranks_until_every_rank_reached_it():
     gg = GroupGenerator(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
     world = (0, 1, 2, 3)
@@ -257,7 +267,7 @@ def test_a_sync_pauses_ranks_until_every_rank_reached_it():
         gg.sync(2, 1)
     # Rank 3 finishes instead of reaching the sync: it runs the world group too, and with
     # that every rank has arrived, so groups may contain ranks 0, 1 and 2 again.
-    assert gg.finish(3)[-1] == world
+    assert gg.finish(3).world_averages == 1
     assert gg.paused == set()
     assert any(len(gg.next_group(0)) > 1 for _ in range(4))
     assert gg.sync(0, 2) is None

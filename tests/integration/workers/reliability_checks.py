@@ -110,6 +110,24 @@ def test_two_optimizers_average_the_same_tensors_in_every_group():
         assert _same_on_all_ranks(p)
 
 
+def _owed_so_far() -> int:
+    """Groups decided for steps that some rank ran in ``average_model`` or ``finish`` instead."""
+    owed = torch.tensor(hvd.exchange_stats()["owed"])
+    return int(raw.allreduce(owed, op=raw.Sum, name=f"check.{next(_names)}"))
+
+
+def _until_some_group_is_owed(one_round, rounds: int = 6) -> None:
+    """Run ``one_round`` (uneven steps, then ``average_model``) until, in one of them, a rank
+    ran a group owed to partners that stepped: the path under test. Whether that happens in a
+    given round depends on timing; failing to see it in ``rounds`` rounds fails the test."""
+    before = _owed_so_far()
+    for _ in range(rounds):
+        one_round()
+        if _owed_so_far() > before:
+            return
+    pytest.fail(f"no rank owed a group at average_model in {rounds} rounds")
+
+
 def test_average_model_of_one_tracked_model_meets_partners_stepping_all():
     """``average_model(a)`` runs its owed groups while partners still step with every tracked
     model (``a`` and ``b``): both sides must average the same tensors (before, the owed
@@ -120,15 +138,43 @@ def test_average_model_of_one_tracked_model_meets_partners_stepping_all():
     a, b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
     opt_a = hvd.DistributedOptimizer(torch.optim.SGD(a.parameters(), lr=0.1))
     opt_b = hvd.DistributedOptimizer(torch.optim.SGD(b.parameters(), lr=0.1))
-    for _ in range(8 + 2 * hvd.rank()):
-        _jitter(rng)
-        for opt, model in ((opt_a, a), (opt_b, torch.nn.Sequential(a, b))):
+
+    def one_round() -> None:
+        for _ in range(4 + 2 * hvd.rank()):
+            _jitter(rng)
+            for opt, model in ((opt_a, a), (opt_b, torch.nn.Sequential(a, b))):
+                opt.zero_grad()
+                model(torch.randn(4, 3) * (1 + hvd.rank())).sum().backward()
+                opt.step()
+        assert hvd.average_model(a)
+        for p in [*a.parameters(), *b.parameters()]:
+            assert _same_on_all_ranks(p)
+
+    _until_some_group_is_owed(one_round)
+
+
+def test_average_model_of_untracked_values_meets_partners_stepping():
+    """``average_model`` of values no optimizer tracks (a model and an extra tensor) runs its
+    owed groups with what the partners' steps average, and its world average with every value
+    given (before, the owed groups averaged the extra tensor too, and timed out)."""
+    rng = random.Random(40 + hvd.rank())
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+
+    def one_round() -> None:
+        for _ in range(4 + 2 * hvd.rank()):
+            _jitter(rng)
             opt.zero_grad()
             model(torch.randn(4, 3) * (1 + hvd.rank())).sum().backward()
             opt.step()
-    assert hvd.average_model(a)
-    for p in [*a.parameters(), *b.parameters()]:
-        assert _same_on_all_ranks(p)
+        extra = torch.full((5,), float(hvd.rank()))
+        assert hvd.average_model([*model.parameters(), extra])
+        assert torch.equal(extra, torch.full((5,), 1.5))
+        for p in model.parameters():
+            assert _same_on_all_ranks(p)
+
+    _until_some_group_is_owed(one_round)
 
 
 def test_an_lr_scheduler_made_before_wrapping_keeps_prague_on():
