@@ -48,7 +48,8 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
     check_arguments(
         op, gradient_predivide_factor, num_groups, groups, backward_passes_per_step, compression
     )
-    return wrap_optimizer(optimizer, process_set, model, sync_every)
+    passes = (backward_passes_per_step, average_aggregated_gradients)
+    return wrap_optimizer(optimizer, process_set, model, sync_every, *passes)
 
 
 def install_fit_consensus() -> None:

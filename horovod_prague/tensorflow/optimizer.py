@@ -16,6 +16,7 @@ Both work eagerly and inside ``tf.function`` (the Prague step is staged, ``run_e
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -24,24 +25,99 @@ from ..common.arguments import warn_ignored
 from ..common.binding import distinct
 from .binding import PragueSteps, _hvd, binding, run_eagerly
 
-BACKWARD_PASSES = (
-    "backward_passes_per_step > 1 is not supported under Prague for TensorFlow yet: apply "
-    "the accumulated gradients yourself, or run without --prague"
-)
 KERAS3 = (
     "optimizer: {cls} is a Keras 3 optimizer; Horovod's TensorFlow wrappers need tf-keras "
     "(Keras 2). Set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported and use tf.keras"
 )
 
 
-class _PragueState:
-    """What a wrapped optimizer adds: its Prague step count and the variables it averages."""
+class LocalAccumulation:
+    """Horovod's ``backward_passes_per_step``: ``apply_gradients`` adds the gradients to local
+    sums, and every ``passes``-th call applies the sums (divided by ``passes`` with
+    ``average``) and is the Prague step. The other calls advance the optimizer's
+    ``iterations``, as Horovod's do.
 
-    def __init__(self, model: Any, sync_every: int | None) -> None:
+        >>> acc = LocalAccumulation(passes=2, average=True)
+        >>> v = tf.Variable(0.0)
+        >>> sgd = lambda pairs: [var.assign_sub(g) for g, var in pairs]
+        >>> [bool(acc.apply([(tf.constant(g), v)], sgd, None)) for g in (1.0, 3.0)]
+        [False, True]
+        >>> float(v.numpy())
+        -2.0
+    """
+
+    def __init__(self, passes: int, average: bool) -> None:
+        self.passes = passes
+        self.average = average
+        self._sums: dict[Any, tf.Variable] = {}
+        self._count: tf.Variable | None = None
+
+    def apply(
+        self,
+        pairs: list[tuple[Any, tf.Variable]],
+        apply_sums: Callable[[list[tuple[Any, tf.Variable]]], Any],
+        iterations: tf.Variable | None,
+    ) -> tf.Tensor:
+        """Add ``pairs``' gradients; on the ``passes``-th call ``apply_sums`` and reset.
+        True where the sums were applied. Eager or traced alike."""
+        pairs = [(g, v) for g, v in pairs if g is not None]
+        with tf.init_scope():  # created once, outside any traced function
+            if self._count is None:
+                self._count = tf.Variable(0, trainable=False, name="prague_backward_passes")
+            for _, v in pairs:
+                if v.ref() not in self._sums:
+                    self._sums[v.ref()] = tf.Variable(
+                        tf.zeros(v.shape, v.dtype), trainable=False, name="prague_grad_sum"
+                    )
+        sums = [self._sums[v.ref()] for _, v in pairs]
+        for total, (g, _) in zip(sums, pairs, strict=True):
+            total.assign_add(tf.convert_to_tensor(g))  # IndexedSlices summed dense
+        count = self._count
+        count.assign_add(1)
+        scale = 1.0 / self.passes if self.average else 1.0
+
+        def apply_and_reset() -> tf.Tensor:
+            apply_sums([(t.read_value() * scale, v) for t, (_, v) in zip(sums, pairs, strict=True)])
+            for t in sums:
+                t.assign(tf.zeros_like(t))
+            count.assign(0)
+            return tf.constant(True)
+
+        def skip() -> tf.Tensor:
+            if iterations is not None:
+                iterations.assign_add(1)
+            return tf.constant(False)
+
+        return tf.cond(count >= self.passes, apply_and_reset, skip)
+
+    def applied_last(self) -> bool:
+        """Whether the last ``apply`` applied the sums (eagerly, or inside a staged call)."""
+        return self._count is not None and int(self._count.numpy()) == 0
+
+    def variables(self) -> list[tf.Variable]:
+        return [] if self._count is None else [self._count]
+
+
+class _PragueState:
+    """What a wrapped optimizer adds: its Prague step count, the variables it averages, and
+    its local gradient accumulation (None: every ``apply_gradients`` is a step)."""
+
+    def __init__(
+        self, model: Any, sync_every: int | None, accumulation: LocalAccumulation | None
+    ) -> None:
         self.steps = PragueSteps(binding, sync_every)
         self.model = model
+        self.accumulation = accumulation
         self.applied: list[tf.Variable] = []
         self.local: set[Any] = set()
+
+    def take_step(self) -> None:
+        if self.accumulation is None or self.accumulation.applied_last():
+            self.steps.take(self.variables())
+
+    def staged_inputs(self) -> list[tf.Variable]:
+        extra = [] if self.accumulation is None else self.accumulation.variables()
+        return [*self.variables(), *extra]
 
     def variables(self) -> list[tf.Variable]:
         """The model's variables (BatchNorm statistics too), then any other that
@@ -57,14 +133,21 @@ class _PragueOptimizer:
     _prague: _PragueState
 
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
-        """Apply the local gradients, then average the variables with this step's group."""
+        """Apply the local gradients, then average the variables with this step's group
+        (with ``backward_passes_per_step``: every that many calls, see ``LocalAccumulation``)."""
         pairs = list(grads_and_vars)
-        result = super().apply_gradients(pairs, *args, **kwargs)  # type: ignore[misc]
         state = self._prague
+        apply = super().apply_gradients  # type: ignore[misc]
+        if state.accumulation is None:
+            result = apply(pairs, *args, **kwargs)
+        else:
+            result = state.accumulation.apply(
+                pairs, lambda sums: apply(sums, *args, **kwargs), getattr(self, "iterations", None)
+            )
         state.applied = distinct([*state.applied, *(v for _, v in pairs)])
         deps = [] if result is None or tf.executing_eagerly() else [result]
         with tf.control_dependencies(deps):
-            run_eagerly(lambda: state.steps.take(state.variables()), state.variables)
+            run_eagerly(state.take_step, state.staged_inputs)
         return result
 
     def register_local_var(self, var: tf.Variable) -> None:
@@ -73,7 +156,12 @@ class _PragueOptimizer:
 
 
 def wrap_optimizer(
-    optimizer: Any, process_set: Any, model: Any = None, sync_every: int | None = None
+    optimizer: Any,
+    process_set: Any,
+    model: Any = None,
+    sync_every: int | None = None,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
 ) -> Any:
     """An object of a subclass of ``optimizer``'s class that shares its state, with Prague's
     ``apply_gradients``; registered with the binding so consensus and finish average it."""
@@ -90,7 +178,12 @@ def wrap_optimizer(
     cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    state = _PragueState(model, sync_every)
+    accumulation = (
+        LocalAccumulation(backward_passes_per_step, average_aggregated_gradients)
+        if backward_passes_per_step > 1
+        else None
+    )
+    state = _PragueState(model, sync_every, accumulation)
     object.__setattr__(wrapped, "_prague", state)
     binding.track(state.variables)
     return wrapped
@@ -120,8 +213,6 @@ def check_arguments(
         )
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
-    if backward_passes_per_step > 1:
-        raise ValueError(BACKWARD_PASSES)
     warn_ignored(compression, op, _hvd.Compression.none, _hvd.Average, "variables")
 
 
@@ -157,7 +248,8 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
     check_arguments(
         op, gradient_predivide_factor, num_groups, groups, backward_passes_per_step, compression
     )
-    return wrap_optimizer(optimizer, process_set, model, sync_every)
+    passes = (backward_passes_per_step, average_aggregated_gradients)
+    return wrap_optimizer(optimizer, process_set, model, sync_every, *passes)
 
 
 class _PragueTape:

@@ -1,0 +1,90 @@
+"""TensorFlow ``DistributedOptimizer`` with ``backward_passes_per_step``, on 4 ranks:
+``horovodrun -np 4 ... run_pytest.py tf_optimizer_checks.py``.
+
+Checks use Horovod's own collectives (``horovod.tensorflow``), not the guarded ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import horovod.tensorflow as raw  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+import horovod_prague.keras as hvd_keras  # noqa: E402
+import horovod_prague.tensorflow as hvd  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prague():
+    hvd.init(strategy="random", group_size=2, timeout=30, seed=5)
+    yield
+    hvd.shutdown()
+
+
+_names = itertools.count()
+
+
+def _same_on_all_ranks(v: tf.Variable) -> bool:
+    gathered = raw.allgather_object(v.numpy(), name=f"check.{next(_names)}")
+    return all(np.array_equal(gathered[0], g) for g in gathered)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf.function"])
+@pytest.mark.parametrize("average", [False, True], ids=["summed", "averaged"])
+def test_gradients_accumulate_over_the_passes_then_apply_once(traced, average):
+    """Three passes: nothing applied and no Prague step after the first two; the third applies
+    the sum (or the mean) of the three gradients. A local variable shows the exact update;
+    a shared one is averaged with the step's group, and ends the same on every rank."""
+    rank = hvd.rank()
+    local = tf.Variable([0.0, 0.0])
+    shared = tf.Variable([float(rank)])
+    opt = hvd.DistributedOptimizer(
+        tf_keras.optimizers.SGD(learning_rate=1.0),
+        backward_passes_per_step=3,
+        average_aggregated_gradients=average,
+    )
+    opt.register_local_var(local)
+
+    def one_pass(k: tf.Tensor) -> tf.Tensor:
+        grads = [tf.stack([k, 10.0 * k + rank]), tf.constant([1.0])]
+        return opt.apply_gradients(zip(grads, [local, shared], strict=True))
+
+    step = tf.function(one_pass) if traced else one_pass
+    steps_before = hvd.exchange_stats()["steps"]
+    applied = [bool(step(tf.constant(k))) for k in (1.0, 2.0, 3.0)]
+    assert applied == [False, False, True]
+    assert hvd.exchange_stats()["steps"] == steps_before + 1
+    assert int(opt.iterations.numpy()) == 3
+    scale = 1 / 3 if average else 1.0
+    expected = -scale * np.array([6.0, 60.0 + 3 * rank], dtype=np.float32)
+    np.testing.assert_allclose(local.numpy(), expected, rtol=1e-6)
+    hvd.average_model([shared])
+    assert _same_on_all_ranks(shared)
+
+
+def test_keras_fit_takes_one_prague_step_per_accumulated_batch():
+    rank = hvd.rank()
+    tf_keras.utils.set_random_seed(0)
+    model = tf_keras.Sequential(
+        [tf_keras.layers.Dense(4, activation="relu"), tf_keras.layers.Dense(1)]
+    )
+    model.build((None, 3))
+    opt = hvd_keras.DistributedOptimizer(
+        tf_keras.optimizers.SGD(learning_rate=0.05), backward_passes_per_step=2
+    )
+    model.compile(optimizer=opt, loss="mse")
+    x = np.random.default_rng(rank).normal(size=(64, 3)).astype(np.float32)
+    y = x.sum(axis=1, keepdims=True)
+    steps_before = hvd.exchange_stats()["steps"]
+    history = model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    assert hvd.exchange_stats()["steps"] == steps_before + 8  # 16 batches, 2 per step
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    for v in model.variables:
+        assert _same_on_all_ranks(v)  # fit ends with a consensus
