@@ -116,6 +116,9 @@ class EchoServer:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()
+        self._selector.close()
 
 
 def _thread_cpu(native_id: int | None) -> float:

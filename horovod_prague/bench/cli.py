@@ -32,6 +32,7 @@ from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, cache_dir, mnist1d, sched
 
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "allreduce": ("stock Horovod All-Reduce", []),
+    "allreduce-poll": ("stock All-Reduce, waiting without spinning", []),
     "adpsgd": ("AD-PSGD pairs", ["--prague", "adpsgd", "--prague-staleness", "0"]),
     "random": ("random division", ["--prague", "random", "--prague-staleness", "0"]),
     "static": ("Prague static", ["--prague", "static", "--prague-staleness", "0"]),
@@ -161,6 +162,11 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
             ap.error(f"--systems: {e}")
     if "allreduce" not in systems:
         ap.error("--systems: must include allreduce, the baseline every ratio is taken to")
+    if "allreduce-poll" in systems and a.framework != "torch":
+        ap.error(
+            "--systems: allreduce-poll is PyTorch's; TensorFlow's eager Horovod collectives "
+            "already wait without spinning"
+        )
     if any(n < 2 for n in ranks):
         ap.error("--ranks: every job needs at least 2 ranks")
     plan = Plan(
@@ -220,6 +226,8 @@ def run_job(
     command += ["--out", str(out)]
     if flags:  # every rank at its own pace; All-Reduce's ranks move together
         command.append("--own-pace")
+    if job["system"] == "allreduce-poll":
+        command.append("--poll-wait")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_PRAGUE_")}
     env.update(OMP_NUM_THREADS="1", PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}")
     started = time.perf_counter()

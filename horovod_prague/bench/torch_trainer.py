@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from horovod_prague.bench.trainer import CONV_LAYERS, Trainer
+from horovod_prague.common.overlap import wait_until
 
 
 def cnn(params: int) -> nn.Module:
@@ -50,7 +51,17 @@ class FrameworkTrainer(Trainer):
         self.opt.zero_grad()
         loss = self.loss_fn(self.model(self.x[index]), self.y[index])
         (loss + 0.0 * self.communicated.sum()).backward()
+        if self.poll_wait:
+            self._wait_without_spinning()
         self.opt.step()
+
+    def _wait_without_spinning(self) -> None:
+        """Wait for the all-reduces the backward pass started, sleeping between polls; the
+        ``step`` that follows then finds them done. Horovod's ``synchronize`` spins, which on
+        ranks that share cores takes CPU from the ranks doing the work."""
+        for handle, _ in getattr(self.opt, "_handles", {}).values():
+            if handle is not None:
+                wait_until(lambda h=handle: hvd.poll(h), 600, lambda: "all-reduce timed out")
 
     def accuracy(self) -> float:
         with torch.no_grad():

@@ -29,6 +29,8 @@ class Trainer(abc.ABC):
 
     rank: int
     size: int
+    poll_wait: bool = False
+    """Wait for the stock optimizer's collectives by polling with sleeps (PyTorch only)."""
 
     @abc.abstractmethod
     def step(self, batch: np.ndarray) -> None:

@@ -47,6 +47,12 @@ def main() -> None:
     ap.add_argument("--sampling", choices=SAMPLING, default="shard")
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--data", default=None)
+    ap.add_argument(
+        "--poll-wait",
+        action="store_true",
+        help="PyTorch: wait for the optimizer's all-reduce by polling with sleeps, not by "
+        "Horovod's spinning synchronize (which slows ranks that share cores)",
+    )
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -55,6 +61,7 @@ def main() -> None:
     ).FrameworkTrainer
     data = mnist1d(None if a.data is None else Path(a.data))
     trainer: Trainer = trainer_class(data, a.params, a.lr, a.seed, a.batch)
+    trainer.poll_wait = a.poll_wait
     rank, size = trainer.rank, trainer.size
     plan = schedule(a.scenario, size, a.steps, a.seed)
     factors = plan.factors[rank]

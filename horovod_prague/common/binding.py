@@ -329,9 +329,8 @@ class Binding(abc.ABC):
         every tracked model not among them.
 
         Tracked models are included so that a consensus leaves every one of them equal on all
-        ranks; ``values`` come first so that ranks list them in one order even where a rank's
-        tracked models differ in order (a TensorFlow optimizer that never stepped lists its
-        variables in the model's order, not in the order it applied them).
+        ranks; ``values`` come first, so ranks that pass the same values list them in one order
+        even where their tracked models differ in order.
         """
         return distinct([*values, *self.step_tensors(values)])
 

@@ -14,11 +14,14 @@ def test_a_tiny_bench_run_writes_its_table_json_and_plots(tmp_path, framework):
     out = tmp_path / "bench"
     command = [sys.executable, "-m", "horovod_prague.bench", "--ranks", "4"]
     command += ["--framework", framework]
-    command += ["--scenarios", "persistent", "--systems", "allreduce,prague", "--seeds", "1"]
+    # PyTorch also runs the baseline that waits without spinning (allreduce-poll).
+    systems = "allreduce,allreduce-poll,prague" if framework == "torch" else "allreduce,prague"
+    command += ["--scenarios", "persistent", "--systems", systems, "--seeds", "1"]
     command += ["--steps", "24", "--compute-ms", "20", "--params", "20000", "--out", str(out)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "[1/2" in run.stdout and "[2/2" in run.stdout  # a progress line per job
+    jobs = len(systems.split(","))
+    assert f"[1/{jobs}" in run.stdout and f"[{jobs}/{jobs}" in run.stdout  # a line per job
     assert "vs AR" in run.stdout
     results = json.loads((out / "results.json").read_text())
     # Rows of another framework than PyTorch name it: "prague (tensorflow)".
@@ -31,8 +34,19 @@ def test_a_tiny_bench_run_writes_its_table_json_and_plots(tmp_path, framework):
     assert {r["framework"] for r in runs.values()} == {framework}
     # All-Reduce's ranks move together; under Prague the straggler takes a third of the steps.
     assert runs["allreduce"]["steps_per_rank"] == [24] * 4
+    if framework == "torch":
+        assert runs["allreduce-poll"]["steps_per_rank"] == [24] * 4
+        assert rows["allreduce-poll"]["same_model"]
     assert runs["prague"]["steps_per_rank"][3] * 3 == pytest.approx(
         runs["prague"]["steps_per_rank"][0], abs=3
     )
     for png in ("accuracy_vs_time.png", "throughput.png"):
         assert (out / png).stat().st_size > 1000
+
+
+def test_allreduce_poll_is_refused_for_tensorflow():
+    command = [sys.executable, "-m", "horovod_prague.bench", "--framework", "tensorflow"]
+    command += ["--systems", "allreduce,allreduce-poll", "--out", "unused"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 2
+    assert "allreduce-poll is PyTorch's" in run.stderr
