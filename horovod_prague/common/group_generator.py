@@ -100,20 +100,23 @@ class GroupGenerator:
         """Mark ``rank`` finished and return what it must still run.
 
         The groups already decided for it, which their other members will run, then the world
-        average of every sync other ranks have reached and it has not.
-        No group made after this call contains ``rank``.
+        average of every sync other ranks have reached and it has not. No group made after
+        this call contains ``rank``.
         """
         with self._lock:
             self._check(rank)
             self.active.discard(rank)
             self.paused.discard(rank)
-            owed = Owed(list(self.buffers[rank]), 0)
+            groups = list(self.buffers[rank])
             self.buffers[rank].clear()
-            for sync_id, happens in sorted(self.syncs.items()):
-                if happens and rank not in self.arrived[sync_id]:
-                    self._arrive(sync_id, rank)
-                    owed = owed._replace(world_averages=owed.world_averages + 1)
-            return owed
+            missed = [
+                sync_id
+                for sync_id, happens in sorted(self.syncs.items())
+                if happens and rank not in self.arrived[sync_id]
+            ]
+            for sync_id in missed:
+                self._arrive(sync_id, rank)
+            return Owed(groups, len(missed))
 
     def _arrive(self, sync_id: int, rank: int) -> None:
         self.arrived[sync_id].add(rank)
