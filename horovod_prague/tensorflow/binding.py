@@ -27,9 +27,10 @@ _hvd = originals(horovod.tensorflow)
 class TensorflowBinding(Binding):
     """Averages variables, grouped by dtype, with one Horovod collective per dtype.
 
-    Also holds the step a ``DistributedGradientTape`` defers (``defer``): the tape cannot see
-    the user's ``apply_gradients``, so the average of step t runs when step t+1 asks for its
-    gradients, before a guarded global collective, or at ``average_model``/``finish``.
+    Also holds the step a ``DistributedGradientTape`` defers (``defer``) until the variables
+    are updated: right after an optimizer's ``apply_gradients`` updates them (``applied``), or,
+    where they are updated otherwise, when the next step asks for its gradients, before a
+    guarded global collective, or at ``average_model``/``finish``.
     """
 
     can_overlap = True
@@ -39,6 +40,8 @@ class TensorflowBinding(Binding):
         self._pending: list[tf.Variable] = []
         self._deferred_steps = PragueSteps(self)
         self._tape_variables: list[tf.Variable] | None = None
+        self.tape_sources: set[Any] = set()
+        """References of every variable a tape has differentiated, as known when tracing."""
 
     def tensors(self, source: Any) -> list[tf.Variable]:
         if isinstance(source, tf.Variable):
@@ -76,6 +79,12 @@ class TensorflowBinding(Binding):
         self._tape_variables = distinct([*self._tape_variables, *variables])
         self.flush()
         self._pending = variables
+
+    def applied(self, variables: Sequence[Any]) -> None:
+        """Take the deferred step now if an optimizer has just updated some of its variables."""
+        updated = {v.ref() for v in variables}
+        if any(v.ref() in updated for v in self._pending):
+            self.flush()
 
     def flush(self) -> None:
         """Take the Prague step a tape deferred, if any."""

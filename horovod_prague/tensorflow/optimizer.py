@@ -5,16 +5,18 @@ the variables with the group the Group Generator gives this rank:
 
 - ``DistributedOptimizer(opt)``: ``apply_gradients`` applies the local gradients, then averages
   the variables it updated (every ``sync_every`` steps: over all ranks).
-- ``DistributedGradientTape(tape)``: ``gradient`` returns the local gradients. The tape cannot
-  see the ``apply_gradients`` that follows, so it defers the step's average: it runs when the
-  next ``gradient`` is asked for, before any guarded global collective, and at the end
-  (``TensorflowBinding.defer``).
+- ``DistributedGradientTape(tape)``: ``gradient`` returns the local gradients and defers the
+  step's average until they are applied: it runs right after a tf-keras or ``tf.compat.v1``
+  optimizer's ``apply_gradients`` updates the tape's variables (``take_tape_steps_on_apply``);
+  where they are updated otherwise, when the next ``gradient`` is asked for, before any
+  guarded global collective, and at the end (``TensorflowBinding.defer``).
 
 Both work eagerly and inside ``tf.function`` (the Prague step is staged, ``run_eagerly``).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -271,6 +273,7 @@ class _PragueTape:
             for v in tf.nest.flatten(sources)
             if isinstance(v, tf.Variable) and v.ref() not in self._prague_local
         ]
+        binding.tape_sources.update(v.ref() for v in variables)
         run_eagerly(lambda: binding.defer(variables), lambda: variables)
         return super().gradient(target, sources, output_gradients, **kwargs)  # type: ignore[misc]
 
@@ -307,9 +310,9 @@ def DistributedGradientTape(  # noqa: N802  (Horovod's name)
     scale_local_gradients: bool = True,
 ) -> tf.GradientTape:
     """Wrap ``gradtape``: ``gradient`` returns local gradients; the variables are averaged with
-    the step's group after they are applied (deferred to the next ``gradient`` call, a guarded
-    global collective, or the end). Horovod's arguments are accepted as by
-    ``DistributedOptimizer``."""
+    the step's group right after an optimizer's ``apply_gradients`` updates them (updated
+    otherwise: at the next ``gradient`` call, a guarded global collective, or the end).
+    Horovod's arguments are accepted as by ``DistributedOptimizer``."""
     check_arguments(op, gradient_predivide_factor, num_groups, groups, 1, compression)
     if process_set.process_set_id != _hvd.global_process_set.process_set_id:
         raise ValueError(
@@ -317,8 +320,51 @@ def DistributedGradientTape(  # noqa: N802  (Horovod's name)
             "needs the global process set"
         )
     binding.runtime()
+    take_tape_steps_on_apply()
     cls = type(gradtape.__class__.__name__, (_PragueTape, gradtape.__class__), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(gradtape.__dict__)
     wrapped._prague_local = set()
     return wrapped
+
+
+def take_tape_steps_on_apply() -> None:
+    """Make the optimizers' ``apply_gradients`` take the step a tape deferred, once it has
+    updated that tape's variables, so the group average starts as soon as the step ends.
+
+    Patches the method that does the updates in the tf-keras optimizers (current and legacy)
+    and ``tf.compat.v1.train.Optimizer``; an optimizer that has no variable a Prague tape
+    differentiated is not affected. Idempotent.
+    """
+    for base in _optimizer_bases():
+        owner = [k for k in base.__mro__ if "apply_gradients" in k.__dict__][-1]
+        method = owner.__dict__["apply_gradients"]
+        if not getattr(method, "_prague_takes_tape_step", False):
+            owner.apply_gradients = _taking_the_tape_step(method)
+
+
+def _optimizer_bases() -> list[type]:
+    bases: list[type] = [tf.compat.v1.train.Optimizer]
+    for name in ("optimizers.Optimizer", "optimizers.legacy.Optimizer"):
+        try:
+            bases.append(functools.reduce(getattr, name.split("."), tf.keras))
+        except (AttributeError, ImportError):  # no tf-keras, or one without legacy optimizers
+            pass
+    return bases
+
+
+def _taking_the_tape_step(apply_gradients: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(apply_gradients)
+    def wrapper(self: Any, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+        pairs = list(grads_and_vars)
+        result = apply_gradients(self, pairs, *args, **kwargs)
+        sources = binding.tape_sources
+        updated = [v for _, v in pairs if hasattr(v, "ref") and v.ref() in sources]
+        if updated:
+            deps = [] if result is None or tf.executing_eagerly() else [result]
+            with tf.control_dependencies(deps):
+                run_eagerly(lambda: binding.applied(updated), lambda: updated)
+        return result
+
+    wrapper._prague_takes_tape_step = True  # type: ignore[attr-defined]
+    return wrapper

@@ -66,9 +66,10 @@ def test_with_the_flag_the_examples_average_in_groups(tmp_path, example, flags, 
     assert _final_accuracy(job.output) >= STATED_ACCURACY
 
 
-def test_backward_passes_per_step_on_four_ranks(tmp_path):
+def test_optimizer_and_tape_steps_on_four_ranks(tmp_path):
     """Local gradient accumulation (eager, traced and in Keras ``fit``), with the Prague step
-    taken once per applied sum (``workers/tf_optimizer_checks.py``)."""
+    taken once per applied sum; a tape's step taken when an optimizer applies its gradients
+    (``workers/tf_optimizer_checks.py``)."""
     job = run_ranks("run_pytest.py", tmp_path, np=4, args=("tf_optimizer_checks.py",), timeout=300)
     assert job.returncode == 0, job.output[-8000:]
     assert "[0]<stdout>:" in job.output and " passed" in job.output

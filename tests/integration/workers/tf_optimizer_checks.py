@@ -1,4 +1,5 @@
-"""TensorFlow ``DistributedOptimizer`` with ``backward_passes_per_step``, on 4 ranks:
+"""TensorFlow ``DistributedOptimizer`` with ``backward_passes_per_step``, and when a tape takes
+its step, on 4 ranks:
 ``horovodrun -np 4 ... run_pytest.py tf_optimizer_checks.py``.
 
 Checks use Horovod's own collectives (``horovod.tensorflow``), not the guarded ones.
@@ -88,3 +89,45 @@ def test_keras_fit_takes_one_prague_step_per_accumulated_batch():
     assert history.history["loss"][-1] < history.history["loss"][0]
     for v in model.variables:
         assert _same_on_all_ranks(v)  # fit ends with a consensus
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf.function"])
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        tf_keras.optimizers.SGD,
+        tf_keras.optimizers.legacy.SGD,
+        tf.compat.v1.train.GradientDescentOptimizer,
+    ],
+    ids=["keras", "keras-legacy", "compat.v1"],
+)
+def test_a_tape_takes_its_step_when_the_optimizer_applies_its_gradients(traced, make_optimizer):
+    """The group average starts right after the update, not at the next ``gradient`` call;
+    updated without an optimizer, the step waits for the next ``gradient`` call."""
+    rank = hvd.rank()
+    w = tf.Variable([float(rank), 1.0])
+    opt = make_optimizer(learning_rate=0.1)
+
+    def train(by_optimizer: bool) -> None:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * w)
+        (grad,) = hvd.DistributedGradientTape(tape).gradient(loss, [w])
+        if by_optimizer:
+            opt.apply_gradients([(grad, w)])
+        else:
+            w.assign_sub(0.1 * grad)
+
+    by_optimizer = tf.function(lambda: train(True)) if traced else lambda: train(True)
+    by_hand = tf.function(lambda: train(False)) if traced else lambda: train(False)
+    steps = hvd.exchange_stats()["steps"]
+    by_optimizer()
+    assert hvd.exchange_stats()["steps"] == steps + 1
+    by_optimizer()
+    assert hvd.exchange_stats()["steps"] == steps + 2
+    by_hand()
+    assert hvd.exchange_stats()["steps"] == steps + 2  # deferred: the tape cannot see it
+    by_hand()
+    assert hvd.exchange_stats()["steps"] == steps + 3
+    hvd.average_model([w])
+    assert hvd.exchange_stats()["steps"] == steps + 4
+    assert _same_on_all_ranks(w)
