@@ -321,11 +321,10 @@ class GroupGeneratorServer:
             sync_id = message.get("sync")
             if not isinstance(sync_id, int) or isinstance(sync_id, bool) or sync_id < 1:
                 raise _Refused(f"'sync' must be a positive integer, got {sync_id!r}")
-            groups = gg.sync(conn.rank, sync_id)
-            return {"groups": None if groups is None else [list(g) for g in groups]}
+            owed = gg.sync(conn.rank, sync_id)
+            return {"groups": None} if owed is None else _owed_reply(owed)
         if op == "finish":
-            owed = gg.finish(conn.rank)
-            return {"groups": [list(g) for g in owed.groups], "syncs": owed.world_averages}
+            return _owed_reply(gg.finish(conn.rank))
         return {
             "counts": list(gg.counts),
             "generations": gg.generations,
@@ -515,13 +514,12 @@ class GroupGeneratorClient:
     def next_group(self) -> Group:
         return tuple(self.request("next")["group"])
 
-    def sync(self, sync_id: int) -> list[Group] | None:
-        groups = self.request("sync", sync=sync_id)["groups"]
-        return None if groups is None else [tuple(g) for g in groups]
+    def sync(self, sync_id: int) -> Owed | None:
+        reply = self.request("sync", sync=sync_id)
+        return None if reply["groups"] is None else _owed(reply)
 
     def finish(self) -> Owed:
-        reply = self.request("finish")
-        return Owed([tuple(g) for g in reply["groups"]], reply["syncs"])
+        return _owed(self.request("finish"))
 
     def stats(self) -> dict[str, Any]:
         return self.request("stats")
@@ -555,3 +553,11 @@ def _quiet_close(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+def _owed_reply(owed: Owed) -> dict[str, Any]:
+    return {"groups": [list(g) for g in owed.groups], "syncs": owed.world_averages}
+
+
+def _owed(reply: dict[str, Any]) -> Owed:
+    return Owed([tuple(g) for g in reply["groups"]], reply["syncs"])

@@ -73,8 +73,9 @@ class GroupGenerator:
                 return (rank,)
             return self.buffers[rank].popleft()
 
-    def sync(self, rank: int, sync_id: int) -> list[Group] | None:
-        """Groups ``rank`` must run to reach global sync ``sync_id``, the world group last.
+    def sync(self, rank: int, sync_id: int) -> Owed | None:
+        """What ``rank`` must run to reach global sync ``sync_id``: the groups already decided
+        for it, then one world average.
 
         Pauses ``rank`` until every rank has reached the sync. Returns None if the sync cannot
         happen because some rank had finished when the first rank reached it (then it happens
@@ -92,9 +93,9 @@ class GroupGenerator:
                 raise ValueError(f"rank {rank} reached sync {sync_id} twice")
             self.paused.add(rank)
             self._arrive(sync_id, rank)
-            run = list(self.buffers[rank])
+            groups = list(self.buffers[rank])
             self.buffers[rank].clear()
-            return [*run, self.world]
+            return Owed(groups, 1)
 
     def finish(self, rank: int) -> Owed:
         """Mark ``rank`` finished and return what it must still run.

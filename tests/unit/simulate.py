@@ -73,8 +73,9 @@ def simulate(
             s.waiting = gg.next_group(r)
             if done_steps[r] in syncs_at:
                 sync_ids[r] += 1
-                more = gg.sync(r, sync_ids[r])
-                s.pending.extend(more or [])
+                owed = gg.sync(r, sync_ids[r])
+                if owed is not None:
+                    s.pending.extend([*owed.groups, *[gg.world] * owed.world_averages])
                 if collective_after_sync:
                     s.pending.append(Barrier(sync_ids[r], tuple(range(len(ranks)))))
         elif not s.finished:
@@ -195,8 +196,9 @@ def simulate_overlapped(
             elif action == DRAIN:
                 s.blocked_on = s.in_flight  # None: nothing to wait for
             elif action == SYNC:
-                groups = gg.sync(r, s.syncs)
-                s.todo[:0] = groups if groups is not None else []
+                owed = gg.sync(r, s.syncs)
+                if owed is not None:
+                    s.todo[:0] = [*owed.groups, *[world] * owed.world_averages]
                 if collective_after_sync:
                     s.todo.append(Barrier(s.syncs, world))
             elif action == FINISH:

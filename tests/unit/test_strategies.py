@@ -246,23 +246,22 @@ def test_finish_keeps_owed_groups_apart_from_world_averages():
     finishing rank which of its groups its partner runs as a step and which as a sync."""
     gg = GroupGenerator(make_strategy(PragueConfig(strategy="random"), Topology(2, 2)))
     assert gg.next_group(0) == (0, 1)
-    assert gg.sync(0, 1) == [(0, 1)]
+    assert gg.sync(0, 1) == Owed([], 1)
     assert gg.finish(1) == Owed([(0, 1)], 1)
     assert gg.finish(0) == Owed([], 0)
 
 
 def test_a_sync_pauses_ranks_until_every_rank_reached_it():
     gg = GroupGenerator(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
-    world = (0, 1, 2, 3)
     assert gg.next_group(0) == (0, 1)
-    assert gg.sync(0, 1) == [world]
+    assert gg.sync(0, 1) == Owed([], 1)
     # Rank 1 still owes (0, 1): it runs it before the world group.
-    assert gg.sync(1, 1) == [(0, 1), world]
+    assert gg.sync(1, 1) == Owed([(0, 1)], 1)
     # Ranks 0 and 1 are paused: groups formed now leave them out.
     assert gg.next_group(2) == (2, 3)
     for _ in range(5):
         assert set(gg.next_group(2)).isdisjoint({0, 1})
-    assert gg.sync(2, 1)[-1] == world
+    assert gg.sync(2, 1).world_averages == 1
     with pytest.raises(ValueError, match="reached sync 1 twice"):
         gg.sync(2, 1)
     # Rank 3 finishes instead of reaching the sync: it runs the world group too, and with
