@@ -30,15 +30,13 @@ from ..runner import flag
 from .report import summarize, write_outputs
 from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, cache_dir, mnist1d, schedule
 
-PAPER = ["--prague-staleness", "0", "--prague-pace-limit", "1"]
-"""The earlier designs as published: blocking P-Reduce, steps not scaled by pace."""
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "allreduce": ("stock Horovod All-Reduce", []),
     "allreduce-poll": ("stock All-Reduce, waiting without spinning", []),
-    "adpsgd": ("AD-PSGD pairs", ["--prague", "adpsgd", *PAPER]),
-    "random": ("random division", ["--prague", "random", *PAPER]),
-    "static": ("Prague static", ["--prague", "static", *PAPER]),
-    "smart": ("Prague smart (paper)", ["--prague", "smart", *PAPER]),
+    "adpsgd": ("AD-PSGD pairs", ["--prague", "adpsgd", "--prague-staleness", "0"]),
+    "random": ("random division", ["--prague", "random", "--prague-staleness", "0"]),
+    "static": ("Prague static", ["--prague", "static", "--prague-staleness", "0"]),
+    "smart": ("Prague smart (paper)", ["--prague", "smart", "--prague-staleness", "0"]),
     "prague": ("horovod-prague default (--prague)", ["--prague"]),
 }
 

@@ -24,9 +24,6 @@ from .overlap import GroupWaitTimeout, OverlappedAverager, PendingAverage
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
 
-PACE_WARMUP = 10
-"""Steps a rank takes before ``step_scale`` follows its pace: early counts are too few."""
-
 
 def _naming_the_silent_rank(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method``, whose GroupWaitTimeout also names the rank that most likely holds it up."""
@@ -114,26 +111,9 @@ class Binding(abc.ABC):
         A group of one rank means this step averages with nobody. Counts as a Prague step for
         the guard, whether or not the caller then averages.
         """
-        return self._next_group(None)
-
-    def _next_group(self, steps: int | None) -> Group:
-        group = self.runtime().next_group(steps)
+        group = self.runtime().next_group()
         self._exchanges_since_consensus += 1
         return group
-
-    def step_scale(self) -> float:
-        """What a ``DistributedOptimizer`` scales this rank's next step by: its pace deficit
-        (the job's mean step count over its own, from the Group Generator), clipped to
-        ``pace_limit``. A rank at a third of the others' pace takes steps three times as large,
-        so its data weighs in the model as much as the others', as under All-Reduce. 1.0 when
-        ``pace_limit`` is 1, before ``PACE_WARMUP`` steps, and without the pace.
-        """
-        rt = self.runtime()
-        limit = rt.config.pace_limit
-        pace = rt.client.pace
-        if limit <= 1 or pace is None or self._exchange_counts["steps"] < PACE_WARMUP:
-            return 1.0
-        return min(max(pace, 1 / limit), limit)
 
     @_naming_the_silent_rank
     def partial_allreduce(self, tensors: Any, group: Group) -> None:
@@ -172,7 +152,7 @@ class Binding(abc.ABC):
         values = self.tensors(tensors)
         self._note_exchange(values)
         if self._averager is None:
-            group = self._next_group(counts["steps"])
+            group = self.next_group()
             self._average_group(values, group)
             counts["averaged" if len(group) > 1 else "alone"] += 1
             return group
@@ -182,7 +162,7 @@ class Binding(abc.ABC):
             counts["in_flight"] += 1
             return None
         counts["waited"] += self._averager.waits - waits
-        group = self._next_group(counts["steps"])
+        group = self.next_group()
         if len(group) < 2 or not values:
             counts["alone"] += 1
             return group

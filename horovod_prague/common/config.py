@@ -39,10 +39,6 @@ HELP = {
     "step t, it is applied by the end of step t + staleness (steps between that find it "
     "running average with nobody); 0 waits at once (the paper's blocking P-Reduce); auto: 2 "
     "on jobs of up to 4 ranks, 1 on larger ones",
-    "pace_limit": "each step's learning rate is scaled by the rank's pace deficit, the job's "
-    "mean step count over the rank's own, clipped to [1/pace_limit, pace_limit], so that a "
-    "rank's data keeps its weight however slow the rank (PyTorch; TensorFlow and Keras scale "
-    "the gradients); 1 turns it off",
     "timeout": "seconds any wait on the Group Generator may take before it raises",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
@@ -60,7 +56,6 @@ class PragueConfig:
     seed: int = 0
     pool_size: int = 3
     staleness: str = AUTO
-    pace_limit: float = 4.0
     timeout: float = 60.0
     coordinator_addr: str = ""
     coordinator_port: int = 0
@@ -89,8 +84,6 @@ class PragueConfig:
             if steps < 0:
                 raise ValueError(f"staleness: must be >= 0 (0 = blocking), got {steps}")
             object.__setattr__(self, "staleness", str(steps))
-        if not self.pace_limit >= 1:
-            raise ValueError(f"pace_limit: must be >= 1 (1 = off), got {self.pace_limit}")
         if not self.timeout > 0:
             raise ValueError(f"timeout: must be a positive number of seconds, got {self.timeout}")
         if not 0 <= self.coordinator_port < 65536:

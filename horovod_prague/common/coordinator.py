@@ -316,12 +316,7 @@ class GroupGeneratorServer:
             raise _Refused(f"unknown operation {op!r}; known: {', '.join(OPS)}")
         gg = self.generator
         if op == "next":
-            steps = message.get("steps")
-            if steps is not None and (
-                not isinstance(steps, int) or isinstance(steps, bool) or steps < 0
-            ):
-                raise _Refused(f"'steps' must be a non-negative integer, got {steps!r}")
-            return {"group": list(gg.next_group(conn.rank, steps)), "pace": gg.pace(conn.rank)}
+            return {"group": list(gg.next_group(conn.rank))}
         if op == "sync":
             sync_id = message.get("sync")
             if not isinstance(sync_id, int) or isinstance(sync_id, bool) or sync_id < 1:
@@ -441,8 +436,6 @@ class GroupGeneratorClient:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._broken: str | None = None
-        self.pace: float | None = None
-        """The Group Generator's last ``pace`` for this rank (``GroupGenerator.pace``)."""
         self._channel = Channel(token, "client", limit=MAX_REPLY)
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
@@ -518,11 +511,8 @@ class GroupGeneratorClient:
         """Bind this connection to ``rank``; the job's size."""
         return self.request("hello", rank=self.rank, fingerprint=fingerprint)["size"]
 
-    def next_group(self, steps: int | None = None) -> Group:
-        """This rank's next group; ``steps`` (its training steps so far) updates ``pace``."""
-        reply = self.request("next", **({} if steps is None else {"steps": steps}))
-        self.pace = reply.get("pace")
-        return tuple(reply["group"])
+    def next_group(self) -> Group:
+        return tuple(self.request("next")["group"])
 
     def sync(self, sync_id: int) -> Owed | None:
         reply = self.request("sync", sync=sync_id)

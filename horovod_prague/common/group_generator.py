@@ -48,9 +48,6 @@ class GroupGenerator:
         size = strategy.topology.size
         self.size = size
         self.counts = [0] * size
-        self.steps = [0] * size
-        """Each rank's training steps as it last reported them (else its ``next`` requests)."""
-        self._steps_total = 0
         self.world: Group = tuple(range(size))
         self.buffers: list[collections.deque[Group]] = [collections.deque() for _ in range(size)]
         self.active: set[int] = set(range(size))
@@ -62,33 +59,19 @@ class GroupGenerator:
         self.last_asked = [time.monotonic()] * size
         self._lock = threading.Lock()
 
-    def next_group(self, rank: int, steps: int | None = None) -> Group:
-        """The next group ``rank`` must average with; ``(rank,)`` means alone.
-
-        ``steps``: how many training steps the rank has taken (``pace``); by default, how many
-        groups it has asked for.
-        """
+    def next_group(self, rank: int) -> Group:
+        """The next group ``rank`` must average with; ``(rank,)`` means alone."""
         with self._lock:
             self._check(rank)
             if rank not in self.active:
                 raise ValueError(f"rank {rank} asked for a group after it finished")
             self.paused.discard(rank)
             self.counts[rank] += 1
-            reported = self.counts[rank] if steps is None else steps
-            self._steps_total += reported - self.steps[rank]
-            self.steps[rank] = reported
             if not self.buffers[rank]:
                 self._generate(rank)
             if not self.buffers[rank]:
                 return (rank,)
             return self.buffers[rank].popleft()
-
-    def pace(self, rank: int) -> float | None:
-        """The mean step count of all ranks over ``rank``'s own: 3 for a rank at a third of
-        the others' pace, below 1 for one ahead; None before it has reported a step."""
-        with self._lock:
-            own = self.steps[rank]
-            return None if own == 0 else self._steps_total / self.size / own
 
     def sync(self, rank: int, sync_id: int) -> Owed | None:
         """What ``rank`` must run to reach global sync ``sync_id``: the groups already decided

@@ -99,10 +99,10 @@ class PragueRuntime:
         assert client is not None
         return client
 
-    def next_group(self, steps: int | None = None) -> Group:
+    def next_group(self) -> Group:
         if self.finished:
             raise RuntimeError("next_group() called after finish(); this rank has left")
-        return self.client.next_group(steps)
+        return self.client.next_group()
 
     def process_set(self, group: Group) -> Any:
         return self.pool.get(group)

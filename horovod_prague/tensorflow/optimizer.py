@@ -100,30 +100,6 @@ class LocalAccumulation:
         return [] if self._count is None else [self._count]
 
 
-def scaled_by_pace(gradients: list[Any]) -> list[Any]:
-    """``gradients`` times ``binding.step_scale()``, read when the step runs (inside a traced
-    function: a ``tf.py_function``). For SGD and momentum that scales the step as PyTorch's
-    scaled learning rate does; optimizers that normalize the gradient (Adam) are unaffected."""
-    if binding.config().pace_limit <= 1:
-        return gradients
-    if tf.executing_eagerly():
-        scale = binding.step_scale()
-        if scale == 1.0:
-            return gradients
-        factor = tf.constant(scale)
-    else:
-        factor = tf.py_function(binding.step_scale, [], tf.float32)
-
-    def scaled(g: Any) -> Any:
-        if g is None:
-            return None
-        if isinstance(g, tf.IndexedSlices):
-            return tf.IndexedSlices(g.values * tf.cast(factor, g.dtype), g.indices, g.dense_shape)
-        return g * tf.cast(factor, g.dtype)
-
-    return [scaled(g) for g in gradients]
-
-
 class _PragueState:
     """What a wrapped optimizer adds: its Prague step count, the variables it averages, and
     its local gradient accumulation (None: every ``apply_gradients`` is a step)."""
@@ -162,8 +138,6 @@ class _PragueOptimizer:
         """Apply the local gradients, then average the variables with this step's group
         (with ``backward_passes_per_step``: every that many calls, see ``LocalAccumulation``)."""
         pairs = list(grads_and_vars)
-        scaled = scaled_by_pace([g for g, _ in pairs])
-        pairs = [(g, v) for g, (_, v) in zip(scaled, pairs, strict=True)]
         state = self._prague
         apply = super().apply_gradients  # type: ignore[misc]
         if state.accumulation is None:
@@ -301,8 +275,7 @@ class _PragueTape:
         ]
         binding.tape_sources.update(v.ref() for v in variables)
         run_eagerly(lambda: binding.defer(variables), lambda: variables)
-        gradients = super().gradient(target, sources, output_gradients, **kwargs)  # type: ignore[misc]
-        return tf.nest.pack_sequence_as(gradients, scaled_by_pace(tf.nest.flatten(gradients)))
+        return super().gradient(target, sources, output_gradients, **kwargs)  # type: ignore[misc]
 
     def register_local_source(self, source: tf.Variable) -> None:
         """Keep ``source`` out of Prague's averages (Horovod: out of the all-reduce)."""

@@ -125,10 +125,9 @@ class _PragueOptimizer(torch.optim.Optimizer):
             self.synchronize()
         self._synchronized = False
         self._passes.clear()
+        loss = super().step(closure)
         if _inside_horovod_broadcast():
-            return super().step(closure)
-        with _learning_rates_scaled(self.param_groups, binding.step_scale()):
-            loss = super().step(closure)
+            return loss
         self._prague_steps += 1
         if self._prague_scheduled_from is not None:
             self._prague_scheduled_from._opt_called = True  # for its LR scheduler's order check
@@ -159,22 +158,6 @@ class _PragueOptimizer(torch.optim.Optimizer):
         """Clear the gradients and the count of accumulated backward passes."""
         self._passes.clear()
         super().zero_grad(set_to_none)
-
-
-@contextlib.contextmanager
-def _learning_rates_scaled(param_groups: list[dict[str, Any]], scale: float) -> Iterator[None]:
-    """Every group's ``lr`` times ``scale`` inside, exactly as before afterwards."""
-    if scale == 1.0:
-        yield
-        return
-    saved = [group["lr"] for group in param_groups]
-    for group, lr in zip(param_groups, saved, strict=True):
-        group["lr"] = lr * scale
-    try:
-        yield
-    finally:
-        for group, lr in zip(param_groups, saved, strict=True):
-            group["lr"] = lr
 
 
 def DistributedOptimizer(  # noqa: N802  (Horovod's name)

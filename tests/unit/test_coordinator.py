@@ -300,10 +300,10 @@ def test_the_oldest_pending_connections_make_way_for_new_ones():
 
 
 class FailingGenerator(GroupGenerator):
-    def next_group(self, rank, steps=None):
+    def next_group(self, rank):
         if rank == 1:
             raise ZeroDivisionError("boom")
-        return super().next_group(rank, steps)
+        return super().next_group(rank)
 
 
 def test_a_failing_strategy_is_reported_and_the_server_keeps_serving():
@@ -325,9 +325,9 @@ class BlockingGenerator(GroupGenerator):
         super().__init__(strategy)
         self.release = threading.Event()
 
-    def next_group(self, rank, steps=None):
+    def next_group(self, rank):
         self.release.wait(10)
-        return super().next_group(rank, steps)
+        return super().next_group(rank)
 
 
 def test_after_a_timeout_the_client_reports_the_lost_connection():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-import types
 
 import pytest
 
@@ -40,27 +39,3 @@ def test_staged_calls_run_in_program_order_after_the_updates_before_them():
     assert len(staged) == 2
     assert staged[0] in staged[1].control_inputs
     assert len(staged[1].inputs) >= len(staged[0].inputs)
-
-
-def test_gradients_are_scaled_by_the_pace_read_when_the_step_runs(monkeypatch):
-    optimizer = pytest.importorskip("horovod_prague.tensorflow.optimizer")
-    scale = {"now": 2.5}
-    monkeypatch.setattr(optimizer.binding, "config", lambda: types.SimpleNamespace(pace_limit=4.0))
-    monkeypatch.setattr(optimizer.binding, "step_scale", lambda: scale["now"])
-    sparse = tf.IndexedSlices(tf.constant([[1.0, 2.0]]), tf.constant([1]), tf.constant([3, 2]))
-
-    def scaled() -> list:
-        return optimizer.scaled_by_pace([tf.ones([2], tf.float64), None, sparse])
-
-    traced = tf.function(scaled)
-    for now in (2.5, 0.5):  # traced once, read at every call
-        scale["now"] = now
-        for dense, none, rows in (scaled(), traced()):
-            assert dense.dtype == tf.float64
-            assert dense.numpy().tolist() == [now, now]
-            assert none is None
-            assert rows.values.numpy().tolist() == [[now, 2 * now]]
-            assert rows.indices.numpy().tolist() == [1]
-    scale["now"] = 1.0
-    ones = tf.ones([2])
-    assert optimizer.scaled_by_pace([ones])[0] is ones  # eagerly, no work at 1
