@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import selectors
 import socket
+import sys
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -41,9 +42,17 @@ FINGERPRINT = "gg-load"
 
 
 def serve(
-    strategy: str, ranks: int, local_size: int, train: str, kind: str, pipe: Connection
+    strategy: str,
+    ranks: int,
+    local_size: int,
+    train: str,
+    kind: str,
+    pipe: Connection,
+    switch_interval_ms: float | None = None,
 ) -> None:
     """The rank-0 stand-in: the server, and a training loop in the main thread until told."""
+    if switch_interval_ms is not None:
+        sys.setswitchinterval(switch_interval_ms / 1000)
     step = _training_step(train)
     if kind == "echo":
         server: GroupGeneratorServer | EchoServer = EchoServer()
@@ -282,6 +291,12 @@ def main() -> None:
     )
     parser.add_argument("--train", default="numpy", choices=("numpy", "python", "none"))
     parser.add_argument("--server", default="gg", choices=("gg", "echo"))
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="ms: the server process's sys.setswitchinterval (default: CPython's, 5 ms)",
+    )
     args = parser.parse_args()
     echo = args.server == "echo"
     strategies = ["echo"] if echo else args.strategies.split(",")
@@ -308,7 +323,15 @@ def main() -> None:
         here, there = ctx.Pipe()
         server = ctx.Process(
             target=serve,
-            args=(strategy, args.ranks, args.local_size, args.train, args.server, there),
+            args=(
+                strategy,
+                args.ranks,
+                args.local_size,
+                args.train,
+                args.server,
+                there,
+                args.switch_interval,
+            ),
         )
         server.start()
         address, token = here.recv()
