@@ -347,11 +347,14 @@ def main() -> None:
             served = count * phase / counted  # requests in the whole phase, warm-up included
             latencies.sort()
             ms = [1e3 * percentile(latencies, q) for q in (0.5, 0.99)]
+            slowest = 1e3 * max(latencies, default=float("nan"))  # none: the server starved
+            server_us, driver_us = (
+                1e6 * cpu / served if served else float("nan") for cpu in (server_cpu, driver_cpu)
+            )
             print(
                 f"| {strategy} | {mode} | {'-' if rate is None else f'{rate:,.0f}'} | "
                 f"{count / counted:,.0f} | {ms[0]:.3f} | {ms[1]:.3f} | "
-                f"{1e3 * latencies[-1]:.3f} | {1e6 * server_cpu / served:.1f} | "
-                f"{1e6 * driver_cpu / served:.1f} | {train_rate:,.0f} |",
+                f"{slowest:.3f} | {server_us:.1f} | {driver_us:.1f} | {train_rate:,.0f} |",
                 flush=True,
             )
         for r in ranks:
