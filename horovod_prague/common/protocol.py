@@ -28,7 +28,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 2
+VERSION = 3
 MAGIC = b"PRGG"
 NONCE_SIZE = 16
 GREETING_SIZE = len(MAGIC) + 1 + NONCE_SIZE

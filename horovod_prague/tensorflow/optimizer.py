@@ -17,6 +17,7 @@ Both work eagerly and inside ``tf.function`` (the Prague step is staged, ``run_e
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -337,19 +338,33 @@ def take_tape_steps_on_apply() -> None:
     differentiated is not affected. Idempotent.
     """
     for base in _optimizer_bases():
-        owner = [k for k in base.__mro__ if "apply_gradients" in k.__dict__][-1]
-        method = owner.__dict__["apply_gradients"]
+        owners = [k for k in base.__mro__ if "apply_gradients" in k.__dict__]
+        if not owners:  # Keras 3's tf.keras.optimizers.legacy.Optimizer is a warning class
+            continue
+        method = owners[-1].__dict__["apply_gradients"]
         if not getattr(method, "_prague_takes_tape_step", False):
-            owner.apply_gradients = _taking_the_tape_step(method)
+            owners[-1].apply_gradients = _taking_the_tape_step(method)
 
 
 def _optimizer_bases() -> list[type]:
+    """``tf.compat.v1``'s optimizer, and those of ``tf.keras`` (tf-keras, or Keras 3 without
+    ``TF_USE_LEGACY_KERAS``) and of ``tf_keras`` if a script imported it directly."""
     bases: list[type] = [tf.compat.v1.train.Optimizer]
-    for name in ("optimizers.Optimizer", "optimizers.legacy.Optimizer"):
-        try:
-            bases.append(functools.reduce(getattr, name.split("."), tf.keras))
-        except (AttributeError, ImportError):  # no tf-keras, or one without legacy optimizers
-            pass
+    keras_modules: list[Any] = []
+    try:
+        keras_modules.append(tf.keras)
+    except (AttributeError, ImportError):  # no Keras at all
+        pass
+    if "tf_keras" in sys.modules:
+        keras_modules.append(sys.modules["tf_keras"])
+    for module in keras_modules:
+        for name in ("optimizers.Optimizer", "optimizers.legacy.Optimizer"):
+            try:
+                base = functools.reduce(getattr, name.split("."), module)
+            except (AttributeError, ImportError):  # a Keras without legacy optimizers
+                continue
+            if isinstance(base, type) and base not in bases:
+                bases.append(base)
     return bases
 
 

@@ -380,8 +380,8 @@ def test_bad_input_never_stops_the_server(server):
         b"",
         b"\x00" * 100,
         b"PRGG\x01" + b"n" * 16,
-        b"PRGG\x02" + b"n" * 16 + struct.pack(">I", 3) + b"abc",
-        b"PRGG\x02" + b"n" * 16 + b"\xff" * 4,
+        b"PRGG" + bytes([protocol.VERSION]) + b"n" * 16 + struct.pack(">I", 3) + b"abc",
+        b"PRGG" + bytes([protocol.VERSION]) + b"n" * 16 + b"\xff" * 4,
         valid.greeting() + b"\x00\x00",
     ):
         raw = Raw(server, greet=False)

@@ -48,3 +48,19 @@ def test_keras_3_gets_an_error_naming_the_fix():
     assert result.returncode != 0
     assert "ImportError" in result.stderr
     assert "set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported" in result.stderr
+
+
+def test_a_tape_under_keras_3_patches_what_has_apply_gradients():
+    """Without TF_USE_LEGACY_KERAS, ``tf.keras`` is Keras 3, whose legacy ``Optimizer`` is
+    a warning class with no ``apply_gradients``: a plain-TensorFlow tape must still work."""
+    result = _python(
+        "import tensorflow as tf\n"
+        "from horovod_prague.tensorflow.optimizer import take_tape_steps_on_apply\n"
+        "take_tape_steps_on_apply()\n"
+        "take_tape_steps_on_apply()\n"
+        "method = tf.compat.v1.train.Optimizer.apply_gradients\n"
+        "print(method._prague_takes_tape_step, method.__wrapped__._prague_takes_tape_step\n"
+        "      if hasattr(method.__wrapped__, '_prague_takes_tape_step') else 'once')\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "once"]
