@@ -39,9 +39,9 @@ class TensorflowBinding(Binding):
         super().__init__(hvd)
         self._pending: list[tf.Variable] = []
         self._deferred_steps = PragueSteps(self)
-        self._tape_variables: list[tf.Variable] | None = None
-        self.tape_sources: set[Any] = set()
-        """References of every variable a tape has differentiated, as known when tracing."""
+        self.tape_sources: dict[Any, tf.Variable] = {}
+        """Every variable a tape has differentiated, by reference, in the order first seen
+        (inside a ``tf.function``: when it was traced). Tracked as one model."""
 
     def tensors(self, source: Any) -> list[tf.Variable]:
         if isinstance(source, tf.Variable):
@@ -70,13 +70,18 @@ class TensorflowBinding(Binding):
     ) -> PendingAverage:
         return TensorflowPendingAverage(variables, name, process_set, size)
 
+    def add_tape_sources(self, variables: Sequence[tf.Variable]) -> None:
+        """Track ``variables``, a tape's sources, before any step that averages them runs,
+        so that every step averages every tape's sources."""
+        if not variables:
+            return
+        if not self.tape_sources:
+            self.track(lambda: list(self.tape_sources.values()))
+        for v in variables:
+            self.tape_sources.setdefault(v.ref(), v)
+
     def defer(self, variables: list[tf.Variable]) -> None:
         """Take the step deferred last, then defer one for ``variables`` (a tape's sources)."""
-        if self._tape_variables is None:
-            self._tape_variables = []
-            self.track(lambda: list(self._tape_variables or []))
-        # Known before the deferred step runs, so every step averages every tape's sources.
-        self._tape_variables = distinct([*self._tape_variables, *variables])
         self.flush()
         self._pending = variables
 

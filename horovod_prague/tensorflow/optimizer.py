@@ -274,7 +274,7 @@ class _PragueTape:
             for v in tf.nest.flatten(sources)
             if isinstance(v, tf.Variable) and v.ref() not in self._prague_local
         ]
-        binding.tape_sources.update(v.ref() for v in variables)
+        binding.add_tape_sources(variables)
         run_eagerly(lambda: binding.defer(variables), lambda: variables)
         return super().gradient(target, sources, output_gradients, **kwargs)  # type: ignore[misc]
 
