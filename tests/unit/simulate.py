@@ -19,8 +19,13 @@ import dataclasses
 import random
 from collections.abc import Callable
 
-from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.group_generator import GroupGenerator, Owed
 from horovod_prague.common.strategies import Group
+
+
+def to_run(owed: Owed, world: Group) -> list[Group]:
+    """What a rank runs for ``owed``, in order: its groups, then the world group per sync."""
+    return [*owed.groups, *[world] * owed.world_averages]
 
 
 class Deadlock(AssertionError):
@@ -75,13 +80,13 @@ def simulate(
                 sync_ids[r] += 1
                 owed = gg.sync(r, sync_ids[r])
                 if owed is not None:
-                    s.pending.extend([*owed.groups, *[gg.world] * owed.world_averages])
+                    s.pending.extend(to_run(owed, gg.world))
                 if collective_after_sync:
                     s.pending.append(Barrier(sync_ids[r], tuple(range(len(ranks)))))
         elif not s.finished:
             s.finished = True
             owed = gg.finish(r)
-            s.pending.extend([*owed.groups, *[gg.world] * owed.world_averages])
+            s.pending.extend(to_run(owed, gg.world))
 
 
 def _done(s: RankState) -> bool:
@@ -198,12 +203,12 @@ def simulate_overlapped(
             elif action == SYNC:
                 owed = gg.sync(r, s.syncs)
                 if owed is not None:
-                    s.todo[:0] = [*owed.groups, *[world] * owed.world_averages]
+                    s.todo[:0] = to_run(owed, world)
                 if collective_after_sync:
                     s.todo.append(Barrier(s.syncs, world))
             elif action == FINISH:
                 owed = gg.finish(r)
-                s.todo[:0] = [*owed.groups, *[world] * owed.world_averages]
+                s.todo[:0] = to_run(owed, world)
             else:
                 assert isinstance(action, (tuple, Barrier))
                 s.blocked_on = _submit(s, action)
