@@ -22,6 +22,8 @@ strategy), driven the same way: the latency floor of this machine for such a ser
 from __future__ import annotations
 
 import argparse
+import collections
+import math
 import multiprocessing
 import os
 import selectors
@@ -39,6 +41,9 @@ from horovod_prague.common.strategies import make_strategy
 from horovod_prague.common.topology import Topology
 
 FINGERPRINT = "gg-load"
+_LENGTH_SIZE = 4
+_SEAL_AHEAD_PER_S = 40_000
+"""Requests sealed before a phase, per second of it, over all ranks; more are sealed on demand."""
 
 
 def serve(
@@ -164,14 +169,24 @@ def _training_step(train: str):
 
 
 class Rank:
-    """One simulated rank's connection, driven without blocking."""
+    """One simulated rank's connection, driven without blocking.
+
+    The driver stands in for ranks on other hosts, so its own work is kept out of the timed
+    phases, where it would take CPU from the server on this machine: ``prepare`` seals a
+    phase's requests beforehand, and during the phase a reply is only framed (its length
+    read) and timed; ``verify`` then checks every reply's MAC, sequence, id and ``ok``.
+    """
 
     def __init__(self, address: tuple[str, int], token: bytes, rank: int, echo: bool) -> None:
         self.sock = socket.create_connection(address, timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.ids = 0
+        self.verified = 0
         self.sent_at: float | None = None
         self.due = 0.0
+        self.sealed: collections.deque[bytes] = collections.deque()
+        self.received = bytearray()
+        self.framed = 0
         self.channel: Channel | EchoChannel
         if echo:
             self.channel = EchoChannel()
@@ -187,9 +202,18 @@ class Rank:
             raise RuntimeError(f"rank {rank}: hello refused: {reply}")
         self.sock.setblocking(False)
 
+    def prepare(self, count: int) -> None:
+        """Seal ``count`` more requests ahead of the phase (kept in order: a sealed frame
+        holds its sequence number)."""
+        first = self.ids + len(self.sealed) + 1
+        for request_id in range(first, first + count):
+            self.sealed.append(self.channel.seal({"op": "next", "id": request_id}))
+
     def send(self, now: float) -> None:
+        if not self.sealed:
+            self.prepare(1)
         self.ids += 1
-        self.sock.send(self.channel.seal({"op": "next", "id": self.ids}))
+        self.sock.send(self.sealed.popleft())
         self.sent_at = now
 
     def replies(self) -> int:
@@ -197,32 +221,47 @@ class Rank:
         data = self.sock.recv(65536)
         if not data:
             raise ConnectionError("the Group Generator closed a connection")
-        self.channel.feed(data)
+        self.received += data
         count = 0
-        while (reply := self.channel.receive()) is not None:
-            if not reply.get("ok") or reply.get("id") != self.ids:
-                raise RuntimeError(f"bad reply: {reply}")
+        while len(self.received) >= self.framed + _LENGTH_SIZE:
+            length = int.from_bytes(self.received[self.framed : self.framed + _LENGTH_SIZE], "big")
+            if len(self.received) < self.framed + _LENGTH_SIZE + length:
+                break
+            self.framed += _LENGTH_SIZE + length
             count += 1
         return count
 
+    def verify(self) -> None:
+        """Check every reply received so far; raises on the first bad one."""
+        self.channel.feed(bytes(self.received[: self.framed]))
+        del self.received[: self.framed]
+        self.framed = 0
+        while (reply := self.channel.receive()) is not None:
+            self.verified += 1
+            if not reply.get("ok") or reply.get("id") != self.verified:
+                raise RuntimeError(f"bad reply: {reply}")
+        if self.verified != self.ids:
+            raise RuntimeError(f"{self.ids} requests sent, {self.verified} replies verified")
+
 
 class EchoChannel:
-    """Frames for the echo server: a request's id in 8 bytes, which comes back as its reply."""
+    """Frames for the echo server: a length prefix and a request's id in 8 bytes, which come
+    back as its reply."""
 
     def __init__(self) -> None:
         self.buffer = bytearray()
 
     def seal(self, message: dict) -> bytes:
-        return message["id"].to_bytes(8, "big")
+        return (8).to_bytes(_LENGTH_SIZE, "big") + message["id"].to_bytes(8, "big")
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
 
     def receive(self) -> dict | None:
-        if len(self.buffer) < 8:
+        if len(self.buffer) < _LENGTH_SIZE + 8:
             return None
-        request_id = int.from_bytes(self.buffer[:8], "big")
-        del self.buffer[:8]
+        request_id = int.from_bytes(self.buffer[_LENGTH_SIZE : _LENGTH_SIZE + 8], "big")
+        del self.buffer[: _LENGTH_SIZE + 8]
         return {"ok": True, "id": request_id}
 
 
@@ -322,6 +361,7 @@ def main() -> None:
     for strategy in strategies:
         here, there = ctx.Pipe()
         server = ctx.Process(
+            daemon=True,
             target=serve,
             args=(
                 strategy,
@@ -337,6 +377,8 @@ def main() -> None:
         address, token = here.recv()
         ranks = [Rank(address, token, r, echo) for r in range(args.ranks)]
         for mode, rate in (("saturated", None), *(("paced", r) for r in rates)):
+            for r in ranks:
+                r.prepare(math.ceil(phase * (rate or _SEAL_AHEAD_PER_S) * 1.1 / len(ranks)))
             here.send("phase")
             here.recv()
             driver_cpu = time.process_time()
@@ -344,6 +386,8 @@ def main() -> None:
             driver_cpu = time.process_time() - driver_cpu
             here.send("phase")
             train_rate, server_cpu = here.recv()
+            for r in ranks:
+                r.verify()
             served = count * phase / counted  # requests in the whole phase, warm-up included
             latencies.sort()
             ms = [1e3 * percentile(latencies, q) for q in (0.5, 0.99)]
