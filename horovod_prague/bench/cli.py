@@ -119,7 +119,9 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         choices=SAMPLING,
         default="shard",
         help="shard: each rank draws from its fixed 1/n of the training set (as "
-        "DistributedSampler); whole: from all of it, in its own order",
+        "DistributedSampler without set_epoch); epoch: from a 1/n drawn anew at each of its "
+        "passes (DistributedSampler with set_epoch, as in Horovod's examples); whole: from "
+        "all of it, in its own order",
     )
     ap.add_argument("--target", type=float, default=0.75, help="test accuracy to time")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a job may take")

@@ -2,13 +2,14 @@
 
 It never imports horovod_prague's framework packages: under ``horovodrun --prague ...`` the
 drop-in gives it Prague's ``DistributedOptimizer`` (PyTorch) or ``DistributedGradientTape``
-(TensorFlow); without the flag it is stock Horovod. Each rank trains a small CNN on its shard
-of MNIST-1D (``--sampling whole``: on all of it, in its own order); a step is the real forward
-and backward pass plus a sleep of ``compute_ms`` times the step's slowdown factor, standing in
-for GPU compute. A synthetic parameter of ``params`` floats is averaged with the model, so
-communication has a realistic size. Rank 0 evaluates its own model every ``eval_every`` steps
-(time spent evaluating is left out of its clock) and, after the global collective that ends
-training, the consensus model; it writes the result to ``--out``.
+(TensorFlow); without the flag it is stock Horovod. Each rank trains a small CNN on its
+share of MNIST-1D (``--sampling``: ``Batches`` says which examples each batch takes); a step
+is the real forward and backward pass plus a sleep of ``compute_ms`` times the step's
+slowdown factor, standing in for GPU compute. A synthetic parameter of ``params`` floats is
+averaged with the model, so communication has a realistic size. Rank 0 evaluates its own
+model every ``eval_every`` steps (time spent evaluating is left out of its clock) and, after
+the global collective that ends training, the consensus model; it writes the result to
+``--out``.
 
 This module is the framework-neutral loop; ``torch_trainer`` and ``tensorflow_trainer`` say
 how one framework builds the model, takes a step and talks to Horovod (``trainer.Trainer``).
@@ -27,6 +28,45 @@ import numpy as np
 
 from horovod_prague.bench.trainer import Trainer
 from horovod_prague.bench.workload import FRAMEWORKS, SAMPLING, mnist1d, schedule
+
+
+class Batches:
+    """The examples of each of a rank's batches, by ``--sampling``.
+
+    ``shard``: a fixed 1/n of the training set per rank (the shard ``DistributedSampler``
+    gives when ``set_epoch`` is never called), in a new order every pass. ``epoch``: as
+    ``DistributedSampler(shuffle=True)`` with ``set_epoch`` at every pass, as Horovod's examples
+    do: pass e permutes the whole set with a seed shared by all ranks and gives rank r every
+    n-th example from r, so a rank's shard changes from pass to pass (ranks at their own pace
+    are in different passes). ``whole``: every example, in this rank's own order.
+    """
+
+    def __init__(self, sampling: str, examples: int, rank: int, size: int, seed: int) -> None:
+        self.sampling, self.examples, self.rank, self.size, self.seed = (
+            sampling,
+            examples,
+            rank,
+            size,
+            seed,
+        )
+        self.rng = np.random.default_rng([seed, rank])
+        self.passes = 0
+        self.order: list[int] = []
+
+    def next(self, batch: int) -> np.ndarray:
+        while len(self.order) < batch:
+            self.order.extend(self._one_pass().tolist())
+            self.passes += 1
+        taken, self.order = self.order[:batch], self.order[batch:]
+        return np.asarray(taken)
+
+    def _one_pass(self) -> np.ndarray:
+        if self.sampling == "shard":
+            return self.rng.permutation(np.arange(self.rank, self.examples, self.size))
+        if self.sampling == "epoch":
+            shared = np.random.default_rng([self.seed, self.passes, 1])
+            return shared.permutation(self.examples)[self.rank :: self.size]
+        return self.rng.permutation(self.examples)
 
 
 def main() -> None:
@@ -66,22 +106,16 @@ def main() -> None:
     plan = schedule(a.scenario, size, a.steps, a.seed)
     factors = plan.factors[rank]
     my_steps = plan.own_pace_steps[rank] if a.own_pace else a.steps
-    # A fixed shard per rank, as DistributedSampler; or every example, in this rank's order.
-    examples = len(data["x"])
-    shard = np.arange(rank, examples, size) if a.sampling == "shard" else np.arange(examples)
-    order_rng = np.random.default_rng([a.seed, rank])
-    order: list[int] = []
+    batches = Batches(a.sampling, len(data["x"]), rank, size, a.seed)
 
     curve: list[tuple[float, int, float]] = []
     trainer.barrier()
     start = time.perf_counter()
     eval_time = 0.0
     for step in range(my_steps):
-        if len(order) < a.batch:
-            order.extend(order_rng.permutation(shard).tolist())
-        batch, order = order[: a.batch], order[a.batch :]
+        batch = batches.next(a.batch)
         time.sleep(a.compute_ms / 1000 * factors[step])
-        trainer.step(np.asarray(batch))
+        trainer.step(batch)
         if rank == 0 and ((step + 1) % a.eval_every == 0 or step + 1 == my_steps):
             t = time.perf_counter()
             samples = (step + 1) * a.batch * size

@@ -24,7 +24,7 @@ SCENARIOS = {
 }
 FRAMEWORKS = ("torch", "tensorflow")
 """What a benchmark rank trains with (``prague-bench --framework``)."""
-SAMPLING = ("shard", "whole")
+SAMPLING = ("shard", "epoch", "whole")
 """Which training examples a rank draws its batches from (``prague-bench --sampling``)."""
 DATA_SEED = 42
 """MNIST-1D's standard generation seed: 4000 training and 1000 test examples."""
