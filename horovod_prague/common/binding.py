@@ -65,7 +65,8 @@ class Binding(abc.ABC):
 
     @abc.abstractmethod
     def average(self, tensors: Sequence[Any], name: str, process_set: Any, size: int) -> None:
-        """Average ``tensors`` in place over ``process_set`` in one fused Horovod collective."""
+        """Average ``tensors`` in place over ``process_set`` in one fused Horovod collective,
+        each member weighted by its ``average_weight()`` unless that is None."""
 
     def start_average(
         self, tensors: Sequence[Any], name: str, process_set: Any, size: int
@@ -173,6 +174,14 @@ class Binding(abc.ABC):
         )
         self._averager.start(pending, group)
         return group
+
+    def average_weight(self) -> float | None:
+        """This rank's weight in its averages: under ``weighting=progress`` (the default) the
+        optimizer steps it has taken (at least 1), so that a model that has taken fewer
+        steps, a straggler's, pulls its partners back less; None under ``equal``."""
+        if self.config().weighting == "equal":
+            return None
+        return float(max(1, self._exchange_counts["steps"]))
 
     def exchange_stats(self) -> dict[str, int]:
         """How this rank's ``exchange`` calls went: ``steps``; ``averaged`` (a group average

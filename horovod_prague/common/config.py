@@ -40,6 +40,9 @@ HELP = {
     "running average with nobody); 0 waits at once (the paper's blocking P-Reduce); auto: 2 "
     "on jobs of up to 4 ranks, 1 on larger ones",
     "timeout": "seconds any wait on the Group Generator may take before it raises",
+    "weighting": "how an average weighs its members' models: progress, each by the number "
+    "of steps its rank has taken (a straggler's model pulls its partners back less); or "
+    "equal, the plain mean",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
 }
@@ -57,6 +60,7 @@ class PragueConfig:
     pool_size: int = 3
     staleness: str = AUTO
     timeout: float = 60.0
+    weighting: str = "progress"
     coordinator_addr: str = ""
     coordinator_port: int = 0
 
@@ -86,6 +90,8 @@ class PragueConfig:
             object.__setattr__(self, "staleness", str(steps))
         if not self.timeout > 0:
             raise ValueError(f"timeout: must be a positive number of seconds, got {self.timeout}")
+        if self.weighting not in ("equal", "progress"):
+            raise ValueError(f"weighting: expected equal or progress, got {self.weighting!r}")
         if not 0 <= self.coordinator_port < 65536:
             raise ValueError(f"coordinator_port: must be in 0..65535, got {self.coordinator_port}")
 

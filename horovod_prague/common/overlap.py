@@ -5,7 +5,8 @@ its group's average on a *snapshot* of its model and goes on with local steps. W
 average completes, the rank adds what the average changed to the snapshot, ``average -
 snapshot``, to its model: the model becomes the group's average plus the rank's own progress
 since the snapshot, as if the average had been taken at the snapshot and the later steps
-replayed on top. Over a group the corrections sum to zero, so the mean of the models is kept.
+replayed on top. With equal weights the corrections sum to zero over a group, so the mean
+of the models is kept.
 
 One average is in flight at a time: while it is, the rank's steps average with nobody. A
 second average started from a snapshot that lacks the first one's correction would correct

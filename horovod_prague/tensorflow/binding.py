@@ -55,7 +55,7 @@ class TensorflowBinding(Binding):
         self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
     ) -> None:
         timeout = self.config().timeout
-        for part in _by_dtype(variables, name):
+        for part in _by_dtype(variables, name, self.average_weight()):
             # Horovod's eager TensorFlow collective blocks with no deadline: wait with one.
             reduced = call_with_deadline(
                 functools.partial(part.reduce, process_set),
@@ -68,7 +68,7 @@ class TensorflowBinding(Binding):
     def start_average(
         self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
     ) -> PendingAverage:
-        return TensorflowPendingAverage(variables, name, process_set, size)
+        return TensorflowPendingAverage(variables, name, process_set, size, self.average_weight())
 
     def add_tape_sources(self, variables: Sequence[tf.Variable]) -> None:
         """Track ``variables``, a tape's sources, before any step that averages them runs,
@@ -137,32 +137,45 @@ class TensorflowBinding(Binding):
 class _DtypePart:
     """The variables of one dtype in an average, their values as sent, and the collective's tag.
 
-    Floating-point values are averaged; integer and bool ones summed in int64 (small types
-    overflow and Horovod cannot sum bool), and each variable takes its group's floor mean.
+    Floating-point values are averaged, each weighted by ``weight`` when it is given (sent as
+    ``weight * value`` with the weight itself, so the group's mean of both gives the weighted
+    average); integer and bool ones summed in int64 (small types overflow and Horovod cannot
+    sum bool), and each variable takes its group's floor mean.
     """
 
-    def __init__(self, variables: list[tf.Variable], tag: str) -> None:
+    def __init__(self, variables: list[tf.Variable], tag: str, weight: float | None) -> None:
         self.variables = variables
         self.tag = tag
         dtype = variables[0].dtype
         self.dtype = dtype
         self.floating = dtype.is_floating or dtype.is_complex
+        self.weight = weight if self.floating else None
         # Read now: the variables' later in-place updates copy their buffers, not these.
         self.values = [tf.identity(v) if self.floating else tf.cast(v, tf.int64) for v in variables]
 
     def reduce(self, process_set: Any) -> list[tf.Tensor]:
         op = _hvd.Average if self.floating else _hvd.Sum
-        return _hvd.grouped_allreduce(self.values, op=op, name=self.tag, process_set=process_set)
+        sent = self.values
+        if self.weight is not None:
+            # Half precision is widened: a step count times a value could overflow it.
+            wide = tf.float32 if self.dtype in (tf.float16, tf.bfloat16) else self.dtype
+            w = tf.constant(self.weight, wide)
+            sent = [*(w * tf.cast(v, wide) for v in sent), tf.fill([1], w)]
+        return _hvd.grouped_allreduce(sent, op=op, name=self.tag, process_set=process_set)
 
     def averages(self, reduced: list[tf.Tensor], size: int) -> list[tf.Tensor]:
+        if self.weight is not None:
+            return [tf.cast(r / reduced[-1][0], self.dtype) for r in reduced[:-1]]
         return reduced if self.floating else [tf.cast(s // size, self.dtype) for s in reduced]
 
 
-def _by_dtype(variables: Sequence[tf.Variable], name: str) -> list[_DtypePart]:
+def _by_dtype(
+    variables: Sequence[tf.Variable], name: str, weight: float | None
+) -> list[_DtypePart]:
     same: dict[tf.DType, list[tf.Variable]] = {}
     for v in variables:
         same.setdefault(v.dtype, []).append(v)
-    return [_DtypePart(vs, f"{name}.{dtype.name}") for dtype, vs in same.items()]
+    return [_DtypePart(vs, f"{name}.{dtype.name}", weight) for dtype, vs in same.items()]
 
 
 class TensorflowPendingAverage(PendingAverage):
@@ -174,10 +187,15 @@ class TensorflowPendingAverage(PendingAverage):
     """
 
     def __init__(
-        self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
+        self,
+        variables: Sequence[tf.Variable],
+        name: str,
+        process_set: Any,
+        size: int,
+        weight: float | None,
     ) -> None:
         self.size = size
-        self.parts = _by_dtype(variables, name)
+        self.parts = _by_dtype(variables, name, weight)
         self.call = BackgroundCall(lambda: [part.reduce(process_set) for part in self.parts])
 
     def ready(self) -> bool:

@@ -37,6 +37,21 @@ class TorchBinding(Binding):
         for dtype, same in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             data = [t.data for t in same]
+            weight = self.average_weight()
+            if _floating(dtype) and weight is not None:
+                results = wait(
+                    _hvd.grouped_allreduce_async(
+                        _weighted(data, weight),
+                        op=_hvd.Average,
+                        name=tag,
+                        process_set=process_set,
+                    ),
+                    self.config().timeout,
+                    tag,
+                )
+                for t, r in zip(data, results[:-1], strict=True):
+                    t.copy_(r.div_(results[-1]))
+                continue
             if _floating(dtype):
                 wait(
                     _hvd.grouped_allreduce_async_(
@@ -60,7 +75,7 @@ class TorchBinding(Binding):
     def start_average(
         self, tensors: Sequence[torch.Tensor], name: str, process_set: Any, size: int
     ) -> PendingAverage:
-        return TorchPendingAverage(tensors, name, process_set, size)
+        return TorchPendingAverage(tensors, name, process_set, size, self.average_weight())
 
 
 class TorchPendingAverage(PendingAverage):
@@ -68,16 +83,23 @@ class TorchPendingAverage(PendingAverage):
 
     The same collectives as ``TorchBinding.average``: one per dtype, floating-point tensors
     averaged, integer ones summed. Two copies of each tensor: the snapshot, to measure what
-    the average changed, and the average Horovod returns. Integer tensors (counters) simply
+    the average changed, and the average Horovod returns (a third, weighted, is sent under
+    ``weighting=progress``). Integer tensors (counters) simply
     take the group's floor mean. ``average`` stays separate: a blocking average must set the
     tensor to the collective's result exactly (``t + (avg - t)`` may differ from ``avg`` in
     the last bit), or ranks would not be bit-identical after a global average.
     """
 
     def __init__(
-        self, tensors: Sequence[torch.Tensor], name: str, process_set: Any, size: int
+        self,
+        tensors: Sequence[torch.Tensor],
+        name: str,
+        process_set: Any,
+        size: int,
+        weight: float | None = None,
     ) -> None:
         self.size = size
+        self.weight = weight
         self.targets = list(tensors)
         self.snapshots = [
             t.detach().clone() if _floating(t.dtype) else _wide(t.detach()) for t in self.targets
@@ -90,6 +112,8 @@ class TorchPendingAverage(PendingAverage):
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             floating = _floating(dtype)
             data = [self.snapshots[i] for i in indices]
+            if floating and weight is not None:
+                data = _weighted(data, weight)
             if floating:
                 handle = _hvd.grouped_allreduce_async(
                     data, op=_hvd.Average, name=tag, process_set=process_set
@@ -107,12 +131,25 @@ class TorchPendingAverage(PendingAverage):
     def apply(self) -> None:
         for indices, floating, handle in self.parts:
             results = _hvd.synchronize(handle)
+            if floating and self.weight is not None:
+                results = [
+                    r.div_(results[-1]).to(self.targets[i].dtype)
+                    for i, r in zip(indices, results[:-1], strict=True)
+                ]
             for i, result in zip(indices, results, strict=True):
                 target = self.targets[i].data
                 if floating:
                     target.add_(result.sub_(self.snapshots[i]))
                 else:
                     target.copy_(torch.div(result, self.size, rounding_mode="floor"))
+
+
+def _weighted(data: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]:
+    """``weight * t`` for each tensor, then ``weight`` itself: the group's mean of these gives
+    the weighted average. Half precision is widened to float32, where the product of a step
+    count and a value cannot overflow."""
+    wide = torch.float32 if data[0].dtype in (torch.float16, torch.bfloat16) else data[0].dtype
+    return [*(t.to(wide) * weight for t in data), torch.full((1,), weight, dtype=wide)]
 
 
 def _floating(dtype: torch.dtype) -> bool:

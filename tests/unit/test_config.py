@@ -31,6 +31,7 @@ def test_environment_values_are_typed():
         ({}, {"HOROVOD_PRAGUE_GROUP_SIZE": "two"}, "HOROVOD_PRAGUE_GROUP_SIZE: expected int"),
         ({"group_size": 2.5}, {}, "group_size: expected an integer"),
         ({"coordinator_port": 70000}, {}, "coordinator_port"),
+        ({}, {"HOROVOD_PRAGUE_WEIGHTING": "steps"}, "weighting: expected equal or progress"),
     ],
 )
 def test_bad_values_name_the_option(kwargs, env, message):

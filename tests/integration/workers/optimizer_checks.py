@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import horovod_prague.torch as hvd
+from horovod_prague.common.overlap import wait_until
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -406,3 +407,35 @@ def test_a_global_collective_first_brings_the_model_to_consensus():
         next(model.parameters()).add_(hvd.rank())
     hvd.allreduce(torch.tensor([1.0]), name="guarded.check2")
     assert not _same_on_all_ranks(next(model.parameters()))
+
+
+def test_weighting_by_progress_weighs_each_rank_in_both_paths(monkeypatch):
+    """Under ``weighting=progress`` each member's model counts by its ``average_weight()``
+    (its steps), in the blocking average and in the overlapped one alike; integer buffers
+    still take the floor mean."""
+    binding = hvd._binding
+    monkeypatch.setattr(binding, "average_weight", lambda: float(hvd.rank() + 1))
+    world = raw.global_process_set
+    expected = (1 * 1.0 + 2 * 11.0) / 3  # rank r holds 10 r + 1 and weighs r + 1
+    blocking = torch.full((3,), 10.0 * hvd.rank() + 1)
+    counter = torch.tensor([hvd.rank() + 2])
+    binding.average([blocking, counter], f"check.weighted.{next(_names)}", world, 2)
+    assert torch.allclose(blocking, torch.full((3,), expected))
+    assert counter.item() == 2  # floor((2 + 3) / 2)
+    overlapped = torch.full((2,), 10.0 * hvd.rank() + 1)
+    pending = binding.start_average([overlapped], f"check.weighted.{next(_names)}", world, 2)
+    overlapped += 5.0  # a local step while the average runs
+    wait_until(pending.ready, 30, lambda: "the weighted average did not complete")
+    pending.apply()
+    assert torch.allclose(overlapped, torch.full((2,), expected + 5.0))
+
+
+def test_weighting_by_progress_widens_half_precision(monkeypatch):
+    """Step counts times float16 values overflow float16 (max 65504): the weighted average is
+    computed in float32."""
+    binding = hvd._binding
+    monkeypatch.setattr(binding, "average_weight", lambda: 1e5 * (hvd.rank() + 1))
+    half = torch.full((4,), 10.0 * hvd.rank() + 1, dtype=torch.float16)
+    binding.average([half], f"check.weighted.{next(_names)}", raw.global_process_set, 2)
+    assert half.dtype == torch.float16
+    assert torch.allclose(half.float(), torch.full((4,), 23.0 / 3), rtol=1e-3)

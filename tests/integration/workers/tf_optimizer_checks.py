@@ -20,6 +20,7 @@ import tf_keras  # noqa: E402
 
 import horovod_prague.keras as hvd_keras  # noqa: E402
 import horovod_prague.tensorflow as hvd  # noqa: E402
+from horovod_prague.common.overlap import wait_until  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -131,3 +132,21 @@ def test_a_tape_takes_its_step_when_the_optimizer_applies_its_gradients(traced, 
     hvd.average_model([w])
     assert hvd.exchange_stats()["steps"] == steps + 4
     assert _same_on_all_ranks(w)
+
+
+def test_weighting_by_progress_weighs_each_rank_in_both_paths(monkeypatch):
+    """As the PyTorch check: each model counts by its rank's ``average_weight()``."""
+    binding = hvd._binding
+    monkeypatch.setattr(binding, "average_weight", lambda: float(hvd.rank() + 1))
+    world, size = raw.global_process_set, hvd.size()
+    weights = [r + 1.0 for r in range(size)]
+    expected = sum(w * (10.0 * r + 1) for r, w in enumerate(weights)) / sum(weights)
+    blocking = tf.Variable(tf.fill([3], 10.0 * hvd.rank() + 1))
+    binding.average([blocking], "check.tf.weighted.0", world, size)
+    np.testing.assert_allclose(blocking.numpy(), expected, rtol=1e-6)
+    overlapped = tf.Variable(tf.fill([2], 10.0 * hvd.rank() + 1))
+    pending = binding.start_average([overlapped], "check.tf.weighted.1", world, size)
+    overlapped.assign_add(tf.fill([2], 5.0))  # a local step while the average runs
+    wait_until(pending.ready, 30, lambda: "the weighted average did not complete")
+    pending.apply()
+    np.testing.assert_allclose(overlapped.numpy(), expected + 5.0, rtol=1e-6)
