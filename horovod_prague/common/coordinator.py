@@ -442,15 +442,17 @@ def connect(
     while True:
         attempts += 1
         client = None
+        # At least one pause's worth, should a sleep have overrun the deadline's margin.
+        remaining = max(deadline - time.monotonic(), _RECONNECT_PAUSE)
         try:
-            client = GroupGeneratorClient(host, port, token, rank, deadline - time.monotonic())
+            client = GroupGeneratorClient(host, port, token, rank, remaining)
             client.hello(fingerprint)
             client.settimeout(timeout)
             return client
         except ConnectionCut as e:
             if client is not None:
                 client.close()
-            if time.monotonic() + pause >= deadline:
+            if deadline - time.monotonic() - pause <= _RECONNECT_PAUSE:
                 raise ConnectionError(
                     f"rank {rank}: the Prague Group Generator at {host}:{port} cut the "
                     f"connection before answering hello, {attempts} time(s) in {timeout:g}s "

@@ -149,7 +149,8 @@ def _weighted(data: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]
     the weighted average. Half precision is widened to float32, where the product of a step
     count and a value cannot overflow."""
     wide = torch.float32 if data[0].dtype in (torch.float16, torch.bfloat16) else data[0].dtype
-    return [*(t.to(wide) * weight for t in data), torch.full((1,), weight, dtype=wide)]
+    weights = torch.full((1,), weight, dtype=wide, device=data[0].device)  # Horovod: one device
+    return [*(t.to(wide) * weight for t in data), weights]
 
 
 def _floating(dtype: torch.dtype) -> bool:
