@@ -63,8 +63,6 @@ REJECTED = (
 DROPPED = ("handshake_timeout", "idle_timeout", "stalled", "evicted")
 """Why connections are cut without a bad frame: the keys of ``GroupGeneratorServer.dropped``."""
 _OUT_LIMIT = 64 * 1024
-_RECONNECT_PAUSE, _RECONNECT_PAUSE_MAX = 0.05, 1.0
-"""Seconds a rank waits before connecting again after a cut, doubling up to the maximum."""
 _WAKE = object()
 
 
@@ -422,52 +420,6 @@ class GroupGeneratorServer:
         _quiet_close(conn.sock)
 
 
-class ConnectionCut(ConnectionError):
-    """The Group Generator's end closed or reset the connection without an answer."""
-
-
-def connect(
-    host: str, port: int, token: bytes, rank: int, timeout: float, fingerprint: str
-) -> GroupGeneratorClient:
-    """A client for ``rank`` that has said hello, within ``timeout`` seconds in all.
-
-    While the connection is cut before ``hello`` is answered, it connects again: the server
-    cuts the oldest connections without hello when too many are pending (``max_pending``),
-    so a flood of connections from elsewhere can cut a rank that is starting up. A wrong job
-    token looks the same from here (the server closes without a word), so the last error
-    names both causes.
-    """
-    deadline = time.monotonic() + timeout
-    pause, attempts = _RECONNECT_PAUSE, 0
-    while True:
-        attempts += 1
-        client = None
-        # At least one pause's worth, should a sleep have overrun the deadline's margin.
-        remaining = max(deadline - time.monotonic(), _RECONNECT_PAUSE)
-        try:
-            client = GroupGeneratorClient(host, port, token, rank, remaining)
-            client.hello(fingerprint)
-            client.settimeout(timeout)
-            return client
-        except ConnectionCut as e:
-            if client is not None:
-                client.close()
-            if deadline - time.monotonic() - pause <= _RECONNECT_PAUSE:
-                raise ConnectionError(
-                    f"rank {rank}: the Prague Group Generator at {host}:{port} cut the "
-                    f"connection before answering hello, {attempts} time(s) in {timeout:g}s "
-                    f"(last: {e}). Either this rank has a wrong job token, or the Group "
-                    "Generator is flooded with connections from elsewhere (it cuts the oldest "
-                    "that have not said hello)."
-                ) from None
-        except BaseException:
-            if client is not None:
-                client.close()
-            raise
-        time.sleep(pause)  # back off before connecting again
-        pause = min(2 * pause, _RECONNECT_PAUSE_MAX)
-
-
 class GroupGeneratorClient:
     """One rank's connection to the Group Generator; every request has ``timeout`` seconds.
 
@@ -504,8 +456,7 @@ class GroupGeneratorClient:
             ) from None
         except (OSError, ProtocolError) as e:
             self.close()
-            cut = isinstance(e, OSError) or e.reason == "truncated"
-            raise (ConnectionCut if cut else ConnectionError)(
+            raise ConnectionError(
                 f"rank {rank}: the Prague Group Generator at {self.where} failed the greeting: {e}"
             ) from None
 
@@ -529,7 +480,7 @@ class GroupGeneratorClient:
                 ) from None
             except OSError as e:
                 self._break(f"{op!r} failed: {e}")
-                raise ConnectionCut(
+                raise ConnectionError(
                     f"rank {self.rank}: lost the connection to the Prague Group Generator at "
                     f"{self.where} during {op!r}: {e}"
                 ) from None
@@ -538,7 +489,7 @@ class GroupGeneratorClient:
                 raise
             if reply is None:
                 self._break(f"the server closed the connection during {op!r}")
-                raise ConnectionCut(
+                raise ConnectionError(
                     f"rank {self.rank}: the Prague Group Generator at {self.where} closed the "
                     f"connection during {op!r} (wrong job token, or has rank 0 exited?)"
                 )
@@ -555,11 +506,6 @@ class GroupGeneratorClient:
                     f"reply id {reply.get('id')!r} does not match request id {request_id}"
                 )
         return reply
-
-    def settimeout(self, timeout: float) -> None:
-        """Give every later request ``timeout`` seconds."""
-        self.timeout = timeout
-        self._sock.settimeout(timeout)
 
     def hello(self, fingerprint: str) -> int:
         """Bind this connection to ``rank``; the job's size."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from .agreement import check_before_init
 from .config import PragueConfig
-from .coordinator import GroupGeneratorClient, GroupGeneratorServer, connect
+from .coordinator import GroupGeneratorClient, GroupGeneratorServer
 from .group_generator import GroupGenerator, Owed
 from .process_sets import ProcessSetPool, collective_name
 from .protocol import new_token
@@ -81,14 +81,14 @@ class PragueRuntime:
             raise RuntimeError(offer["error"])
         client, problem = None, None
         try:
-            client = connect(
+            client = GroupGeneratorClient(
                 offer["host"],
                 offer["port"],
                 bytes.fromhex(offer["token"]),
                 self.rank,
                 config.timeout,
-                config.fingerprint(),
             )
+            client.hello(config.fingerprint())
         except (OSError, RuntimeError) as e:
             problem = str(e)
         problems = [p for p in hvd.allgather_object(problem, name="prague.connect") if p]

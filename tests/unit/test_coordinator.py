@@ -9,12 +9,7 @@ import pytest
 
 from horovod_prague.common import protocol
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.coordinator import (
-    GroupGeneratorClient,
-    GroupGeneratorServer,
-    _Refused,
-    connect,
-)
+from horovod_prague.common.coordinator import GroupGeneratorClient, GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.runtime import _addresses
 from horovod_prague.common.strategies import AllreduceStrategy, make_strategy
@@ -415,43 +410,3 @@ def test_replies_that_grow_with_the_job_reach_the_client():
     with GroupGeneratorServer(gg, TOKEN, "fp") as srv, client(srv, rank=7) as c:
         c.hello("fp")
         assert len(c.stats()["counts"]) == 40_000  # a reply over 64 KiB
-
-
-class CuttingServer(GroupGeneratorServer):
-    """Cuts the first ``cuts`` connections that say hello, as an eviction would."""
-
-    def __init__(self, *args, cuts, **kwargs):
-        self.cuts = cuts
-        self.hellos = 0
-        super().__init__(*args, **kwargs)
-
-    def _hello(self, conn, message):
-        self.hellos += 1
-        if self.hellos <= self.cuts:
-            self.dropped["evicted"] += 1
-            self._drop(conn)
-            raise _Refused("cut")  # its reply meets a closed socket
-        return super()._hello(conn, message)
-
-
-def test_a_rank_cut_before_hello_connects_again():
-    with CuttingServer(generator(), TOKEN, "fp", cuts=2) as srv:
-        with connect(*srv.address, TOKEN, rank=1, timeout=5, fingerprint="fp") as c:
-            assert c.next_group() == (0, 1)
-            assert c.timeout == 5
-        assert srv.hellos == 3 and srv.dropped["evicted"] == 2
-
-
-def test_a_rank_cut_until_its_deadline_gets_an_error_naming_both_causes():
-    with CuttingServer(generator(), TOKEN, "fp", cuts=10**6) as srv:
-        start = time.monotonic()
-        with pytest.raises(ConnectionError, match="wrong job token, or the Group Generator is"):
-            connect(*srv.address, TOKEN, rank=1, timeout=0.5, fingerprint="fp")
-        assert time.monotonic() - start < 3
-        assert srv.hellos >= 2
-
-
-def test_a_refusal_at_hello_is_not_retried(server):
-    with pytest.raises(RuntimeError, match="every rank must use the same options"):
-        connect(*server.address, TOKEN, rank=1, timeout=5, fingerprint="other")
-    assert server.rejected["bad_mac"] == 0
