@@ -34,10 +34,10 @@ class TorchBinding(Binding):
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for t in tensors:
             by_dtype.setdefault(t.dtype, []).append(t)
+        weight = self.average_weight()
         for dtype, same in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             data = [t.data for t in same]
-            weight = self.average_weight()
             if _floating(dtype) and weight is not None:
                 results = wait(
                     _hvd.grouped_allreduce_async(
@@ -49,8 +49,8 @@ class TorchBinding(Binding):
                     self.config().timeout,
                     tag,
                 )
-                for t, r in zip(data, results[:-1], strict=True):
-                    t.copy_(r.div_(results[-1]))
+                for t, r in zip(data, _unweighted(results), strict=True):
+                    t.copy_(r)
                 continue
             if _floating(dtype):
                 wait(
@@ -133,8 +133,8 @@ class TorchPendingAverage(PendingAverage):
             results = _hvd.synchronize(handle)
             if floating and self.weight is not None:
                 results = [
-                    r.div_(results[-1]).to(self.targets[i].dtype)
-                    for i, r in zip(indices, results[:-1], strict=True)
+                    r.to(self.targets[i].dtype)
+                    for i, r in zip(indices, _unweighted(results), strict=True)
                 ]
             for i, result in zip(indices, results, strict=True):
                 target = self.targets[i].data
@@ -151,6 +151,11 @@ def _weighted(data: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]
     wide = torch.float32 if data[0].dtype in (torch.float16, torch.bfloat16) else data[0].dtype
     weights = torch.full((1,), weight, dtype=wide, device=data[0].device)  # Horovod: one device
     return [*(t.to(wide) * weight for t in data), weights]
+
+
+def _unweighted(results: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The weighted averages from the group's means of ``_weighted``'s tensors (in place)."""
+    return [r.div_(results[-1]) for r in results[:-1]]
 
 
 def _floating(dtype: torch.dtype) -> bool:
