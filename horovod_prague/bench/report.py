@@ -35,6 +35,19 @@ def alone_share(run: dict[str, Any]) -> float | None:
     return sum(s["alone"] for s in stats) / steps if steps else None
 
 
+def time_shares(run: dict[str, Any]) -> tuple[float, float] | None:
+    """The shares of the ranks' wall time spent in Prague's ``exchange`` and, of that, waiting
+    for an average in flight (None without Prague, or from runs that did not time them)."""
+    stats = [s for s in run.get("exchange_stats") or [] if s]
+    if not stats or any("exchange_ms" not in s for s in stats):
+        return None
+    total_ms = 1e3 * run["wall"] * len(stats)
+    return (
+        sum(s["exchange_ms"] for s in stats) / total_ms,
+        sum(s["waited_ms"] for s in stats) / total_ms,
+    )
+
+
 def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, Any]]:
     """One row per cell: mean ratios to All-Reduce over the cell's blocks."""
     blocks: dict[tuple[int, str, int, str], dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -65,12 +78,14 @@ def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, An
                     "wall": r["wall"],
                     "same_model": r.get("same_model_on_every_rank", False),
                     "alone": alone_share(r),
+                    "shares": time_shares(r),
                 }
             )
     rows = []
     for (ranks, scenario, system), seeds in sorted(cells.items(), key=_order):
         to_target = [s["to_target"] for s in seeds]
         alone = [s["alone"] for s in seeds]
+        shares = [s["shares"] for s in seeds]
         throughput = statistics.mean(s["throughput"] for s in seeds)
         bound = statistics.mean(s["bound"] for s in seeds)
         rows.append(
@@ -88,6 +103,12 @@ def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, An
                 "accuracy_delta": statistics.mean(s["accuracy_delta"] for s in seeds),
                 "same_model": all(s["same_model"] for s in seeds),
                 "alone": None if None in alone else round(statistics.mean(alone), 3),
+                "exchange": None
+                if None in shares
+                else round(statistics.mean(e for e, _ in shares), 3),
+                "waiting": None
+                if None in shares
+                else round(statistics.mean(w for _, w in shares), 3),
             }
         )
     return rows
@@ -103,7 +124,7 @@ def table(rows: list[dict[str, Any]], target: float) -> str:
     head = (
         f"{'n':>2} {'scenario':<10} {'system':<{width}} {'seeds':>5} {'wall s':>7} "
         f"{'vs AR':>6} {'bound':>6} {'of bound':>8} {f'to {target:.0%}':>7} "
-        f"{'accuracy':>8} {'vs AR pts':>9} {'alone':>5} {'same':>4}"
+        f"{'accuracy':>8} {'vs AR pts':>9} {'alone':>5} {'exch/wait':>9} {'same':>4}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -113,7 +134,8 @@ def table(rows: list[dict[str, Any]], target: float) -> str:
             f"{r['ranks']:>2} {r['scenario']:<10} {r['system']:<{width}} {r['seeds']:>5} "
             f"{r['wall']:>7.1f} {r['throughput']:>5.2f}x {r['bound']:>5.2f}x "
             f"{r['of_bound']:>8.0%} {to_target:>7} {r['accuracy']:>8.3f} "
-            f"{100 * r['accuracy_delta']:>+9.2f} {alone:>5} {'yes' if r['same_model'] else 'NO':>4}"
+            f"{100 * r['accuracy_delta']:>+9.2f} {alone:>5} {_shares(r):>9} "
+            f"{'yes' if r['same_model'] else 'NO':>4}"
         )
     return "\n".join(lines)
 
@@ -122,8 +144,9 @@ def markdown(rows: list[dict[str, Any]], target: float) -> str:
     """The table as Markdown, for docs/results.md."""
     lines = [
         f"| n | scenario | system | seeds | wall s | vs All-Reduce | bound | of bound "
-        f"| to {target:.0%} | accuracy | vs AR (points) | steps alone | same model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| to {target:.0%} | accuracy | vs AR (points) | steps alone | in exchange / waiting "
+        "| same model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         to_target = "not reached" if r["to_target"] is None else f"{r['to_target']:.2f}x"
@@ -132,9 +155,15 @@ def markdown(rows: list[dict[str, Any]], target: float) -> str:
             f"| {r['ranks']} | {r['scenario']} | {r['system']} | {r['seeds']} | {r['wall']:.1f} "
             f"| {r['throughput']:.2f}x | {r['bound']:.2f}x | {r['of_bound']:.0%} | {to_target} "
             f"| {r['accuracy']:.3f} | {100 * r['accuracy_delta']:+.2f} | {alone} "
-            f"| {'yes' if r['same_model'] else 'NO'} |"
+            f"| {_shares(r)} | {'yes' if r['same_model'] else 'NO'} |"
         )
     return "\n".join(lines)
+
+
+def _shares(row: dict[str, Any]) -> str:
+    if row.get("exchange") is None:
+        return "-"
+    return f"{row['exchange']:.0%}/{row['waiting']:.0%}"
 
 
 def write_outputs(
@@ -157,8 +186,9 @@ def write_outputs(
         "\nvs AR: throughput over All-Reduce (its wall time over the system's); bound: the "
         "best ratio the injected delays allow; to X%: how much sooner rank 0's model reached "
         "that test accuracy; vs AR pts: final accuracy minus All-Reduce's after the same "
-        "samples; alone: share of steps that averaged with nobody; same: every rank ended "
-        "with the same model."
+        "samples; alone: share of steps that averaged with nobody; exch/wait: share of the "
+        "ranks' wall time spent in Prague's exchange, and of it waiting for an average in "
+        "flight; same: every rank ended with the same model."
     )
     plots = plot(out, plan, results, rows, systems)
     print(f"\nresults: {out / 'results.json'}, {out / 'table.txt'}")

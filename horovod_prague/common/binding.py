@@ -13,6 +13,7 @@ import functools
 import hashlib
 import inspect
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
@@ -57,6 +58,7 @@ class Binding(abc.ABC):
         self._last_exchanged: list[Any] = []
         self._exchanges_since_consensus = 0
         self._exchange_counts: collections.Counter[str] = collections.Counter()
+        self._exchange_s = 0.0
         self._crashed = False
 
     @abc.abstractmethod
@@ -148,6 +150,13 @@ class Binding(abc.ABC):
         ``horovod_prague.common.overlap`` says how and when the average is applied. Returns
         the group asked for, or None when this step asked for none.
         """
+        began = time.perf_counter()
+        try:
+            return self._exchange(tensors)
+        finally:
+            self._exchange_s += time.perf_counter() - began
+
+    def _exchange(self, tensors: Any) -> Group | None:
         counts = self._exchange_counts
         counts["steps"] += 1
         values = self.tensors(tensors)
@@ -186,12 +195,18 @@ class Binding(abc.ABC):
     def exchange_stats(self) -> dict[str, int]:
         """How this rank's ``exchange`` calls went: ``steps``; ``averaged`` (a group average
         started or run); ``alone`` (no partner), of which ``in_flight`` (the previous average
-        was still running); ``waited`` (steps that waited out ``staleness``); and ``owed``,
-        groups decided for steps that ``average_model`` or ``finish`` ran instead."""
-        return {
+        was still running); ``waited`` (steps that waited out ``staleness``); ``owed``,
+        groups decided for steps that ``average_model`` or ``finish`` ran instead; and the
+        milliseconds spent in ``exchange`` (``exchange_ms``), of which waiting out
+        ``staleness`` (``waited_ms``)."""
+        stats = {
             k: self._exchange_counts[k]
             for k in ("steps", "averaged", "alone", "in_flight", "waited", "owed")
         }
+        waited_s = self._averager.waited_s if self._averager is not None else 0.0
+        stats["exchange_ms"] = round(1e3 * self._exchange_s)
+        stats["waited_ms"] = round(1e3 * waited_s)
+        return stats
 
     def _silent_rank(self) -> str:
         """Which rank has not asked the Group Generator for anything for the longest time."""

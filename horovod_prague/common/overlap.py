@@ -57,7 +57,11 @@ class GroupWaitTimeout(TimeoutError):
 
 
 class OverlappedAverager:
-    """One rank's group average in flight, and how many local steps it has been in flight."""
+    """One rank's group average in flight, and how many local steps it has been in flight.
+
+    ``waits`` and ``waited_s`` count the steps that waited out ``staleness`` and the seconds
+    they waited.
+    """
 
     def __init__(self, staleness: int, timeout: float) -> None:
         if staleness < 1:
@@ -68,6 +72,7 @@ class OverlappedAverager:
         self._local_steps = 0
         self.applied = 0
         self.waits = 0
+        self.waited_s = 0.0
 
     def in_flight(self) -> bool:
         return self._pending is not None
@@ -86,7 +91,9 @@ class OverlappedAverager:
             self._local_steps += 1
             return False
         self.waits += 1
+        began = time.perf_counter()
         self.drain()
+        self.waited_s += time.perf_counter() - began
         return True
 
     def start(self, pending: PendingAverage, group: Group) -> None:

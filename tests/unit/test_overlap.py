@@ -298,3 +298,31 @@ def test_call_with_deadline_returns_raises_and_gives_up_in_time():
         call_with_deadline(lambda: release.wait(30), 0.2, lambda: late_collective("g.n1", 0.2))
     assert time.monotonic() - start < 5
     release.set()
+
+
+class ReadyAt(PendingAverage):
+    """Ready once ``time.perf_counter()`` has passed ``at``."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def ready(self) -> bool:
+        return time.perf_counter() >= self.at
+
+    def apply(self) -> None:
+        pass
+
+
+def test_waited_s_counts_the_time_spent_waiting_out_staleness_and_nothing_else():
+    averager = OverlappedAverager(staleness=1, timeout=5.0)
+    averager.start(ReadyAt(0.0), (0, 1))
+    assert averager.may_start() and averager.waited_s == 0.0  # already complete: no wait
+    began = time.perf_counter()
+    averager.start(ReadyAt(began + 0.05), (0, 1))
+    assert averager.may_start()
+    took = time.perf_counter() - began
+    assert averager.waits == 1 and 0.05 <= averager.waited_s <= took
+    waited = averager.waited_s
+    averager.start(ReadyAt(time.perf_counter() + 0.02), (0, 1))
+    averager.drain()  # a drain outside a step (consensus, finish) is not a staleness wait
+    assert averager.waited_s == waited
