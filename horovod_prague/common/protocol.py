@@ -88,13 +88,15 @@ class Channel:
         self.received = 0
         self._buffer = bytearray()
         self._failed: ProtocolError | None = None
-        self._send_prefix = b""
-        self._receive_prefix = b""
+        # HMAC states already keyed and fed the connection's prefix (set by the greeting):
+        # each frame's MAC is a copy of one, given the sequence number and body.
+        self._send_mac: Any = None
+        self._receive_mac: Any = None
 
     @property
     def ready(self) -> bool:
         """Whether the peer's greeting has arrived (frames can be sealed)."""
-        return bool(self._receive_prefix)
+        return self._receive_mac is not None
 
     @property
     def buffered(self) -> int:
@@ -115,7 +117,14 @@ class Channel:
 
     def receive(self) -> dict[str, Any] | None:
         """The next message, or None until the bytes fed hold a complete frame."""
-        return self._guarded(self._receive)
+        if self._failed is not None:
+            raise self._failed
+        try:
+            return self._receive()
+        except ProtocolError as e:
+            self._failed = e
+            self._buffer.clear()
+            raise
 
     def _guarded(self, step: Callable[[], Any]) -> Any:
         if self._failed is not None:
@@ -133,9 +142,11 @@ class Channel:
             raise ProtocolError("cannot send before the peer's greeting", "state")
         body = _ENCODER.encode(message).encode()
         seq = _SEQ.pack(self.sent)
-        mac = hmac.digest(self.token, self._send_prefix + seq + body, "sha256")
+        mac = self._send_mac.copy()
+        mac.update(seq)
+        mac.update(body)
         self.sent += 1
-        return _LENGTH.pack(len(seq) + len(mac) + len(body)) + seq + mac + body
+        return b"".join((_LENGTH.pack(MIN_FRAME + len(body)), seq, mac.digest(), body))
 
     def _greeting(self) -> None:
         buf = self._buffer
@@ -168,7 +179,7 @@ class Channel:
         end = _LENGTH.size + length
         if len(buf) < end:
             return None
-        frame = bytes(memoryview(buf)[_LENGTH.size : end])
+        frame = bytes(buf[_LENGTH.size : end])
         del buf[:end]
         return self._open(frame)
 
@@ -178,13 +189,15 @@ class Channel:
         else:
             server, client, send, receive = peer_nonce, self.nonce, _TO_SERVER, _TO_CLIENT
         common = _DOMAIN + bytes([VERSION]) + server + client
-        self._send_prefix = common + send
-        self._receive_prefix = common + receive
+        self._send_mac = hmac.new(self.token, common + send, "sha256")
+        self._receive_mac = hmac.new(self.token, common + receive, "sha256")
 
     def _open(self, frame: bytes) -> dict[str, Any]:
-        seq_bytes, mac, body = frame[: _SEQ.size], frame[_SEQ.size : MIN_FRAME], frame[MIN_FRAME:]
-        expected = hmac.digest(self.token, self._receive_prefix + seq_bytes + body, "sha256")
-        if not hmac.compare_digest(mac, expected):
+        seq_bytes, body = frame[: _SEQ.size], frame[MIN_FRAME:]
+        expected = self._receive_mac.copy()
+        expected.update(seq_bytes)
+        expected.update(body)
+        if not hmac.compare_digest(frame[_SEQ.size : MIN_FRAME], expected.digest()):
             raise ProtocolError(
                 "frame failed authentication (wrong job token, or made for another connection "
                 "or direction)",

@@ -21,7 +21,6 @@ from .divisions import (
     Division,
     Group,
     distinct_groups,
-    group_of,
     is_connected,
     random_division,
     restrict,
@@ -41,6 +40,10 @@ class RandomStrategy(GroupStrategy):
         made = self._build_pool(random.Random(f"{seed}:pool"))
         self.pool: tuple[Division, ...] = tuple(d for _, d in made)
         self.pool_origin: tuple[int, ...] = tuple(i for i, _ in made)
+        # Per division of the pool, each rank's group in it.
+        self._group_of: tuple[dict[int, Group], ...] = tuple(
+            {rank: group for group in division for rank in group} for division in self.pool
+        )
         self.rng = random.Random(f"{seed}:generate")
         self.generation = 0
 
@@ -87,8 +90,11 @@ class RandomStrategy(GroupStrategy):
         """Ranks that may share a group with ``requester`` in this generation."""
         return active | {requester}
 
-    def candidates(self, requester: int, allowed: frozenset[int]) -> list[Division]:
-        return [d for d in self.pool if allowed.issuperset(group_of(d, requester))]
+    def candidates(self, requester: int, allowed: frozenset[int]) -> list[int]:
+        """The indices in ``pool`` of the divisions whose group of ``requester`` is allowed."""
+        return [
+            i for i, groups in enumerate(self._group_of) if allowed.issuperset(groups[requester])
+        ]
 
     def generate(
         self,
@@ -102,4 +108,4 @@ class RandomStrategy(GroupStrategy):
         self.generation += 1
         if not choices:
             return [(requester,)]
-        return restrict(self.rng.choice(choices), allowed)
+        return restrict(self.pool[self.rng.choice(choices)], allowed)

@@ -53,10 +53,10 @@ class SmartStrategy(RandomStrategy):
         pending = backlog or [0] * len(counts)
         return frozenset(w for w in active if counts[w] > floor and not pending[w]) | {requester}
 
-    def candidates(self, requester: int, allowed: frozenset[int]) -> list[Division]:
+    def candidates(self, requester: int, allowed: frozenset[int]) -> list[int]:
         fitting = super().candidates(requester, allowed)
         if not self.multi_node:
             return fitting
         phase = self.generation % 2
-        in_phase = [d for d in fitting if self.pool_origin[self.pool.index(d)] % 2 == phase]
+        in_phase = [i for i in fitting if self.pool_origin[i] % 2 == phase]
         return in_phase or fitting
