@@ -36,8 +36,9 @@ def alone_share(run: dict[str, Any]) -> float | None:
 
 
 def time_shares(run: dict[str, Any]) -> tuple[float, float] | None:
-    """The shares of the ranks' wall time spent in Prague's ``exchange`` and, of that, waiting
-    for an average in flight (None without Prague, or from runs that did not time them)."""
+    """The shares of the ranks' wall time spent in Prague's ``exchange``, and waiting for an
+    average in flight (part of the exchange); both of wall time. None without Prague, or from
+    runs that did not time them."""
     stats = [s for s in run.get("exchange_stats") or [] if s]
     if not stats or any("exchange_ms" not in s for s in stats):
         return None

@@ -92,8 +92,10 @@ class OverlappedAverager:
             return False
         self.waits += 1
         began = time.perf_counter()
-        self.drain()
-        self.waited_s += time.perf_counter() - began
+        try:
+            self.drain()
+        finally:
+            self.waited_s += time.perf_counter() - began
         return True
 
     def start(self, pending: PendingAverage, group: Group) -> None:

@@ -1,4 +1,4 @@
-"""The wire protocol between ranks and the Group Generator (version 2).
+"""The wire protocol between ranks and the Group Generator (version 3).
 
 Each side opens with a greeting: ``PRGG``, the version byte, then a fresh 16-byte random
 nonce. Then frames: a 4-byte big-endian length, then that many bytes: the frame's 8-byte
@@ -90,8 +90,8 @@ class Channel:
         self._failed: ProtocolError | None = None
         # HMAC states already keyed and fed the connection's prefix (set by the greeting):
         # each frame's MAC is a copy of one, given the sequence number and body.
-        self._send_mac: Any = None
-        self._receive_mac: Any = None
+        self._send_mac: hmac.HMAC | None = None
+        self._receive_mac: hmac.HMAC | None = None
 
     @property
     def ready(self) -> bool:
@@ -179,7 +179,8 @@ class Channel:
         end = _LENGTH.size + length
         if len(buf) < end:
             return None
-        frame = bytes(buf[_LENGTH.size : end])
+        with memoryview(buf) as view:
+            frame = bytes(view[_LENGTH.size : end])
         del buf[:end]
         return self._open(frame)
 

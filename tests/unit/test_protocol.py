@@ -209,6 +209,19 @@ def test_replayed_reordered_and_reflected_frames_are_refused(sent, data):
     assert e.value.reason in ("bad_mac", "out_of_sequence")
 
 
+def test_sealed_frames_are_the_frames_the_spec_describes():
+    """``seal`` (client to server) and a server's replies are byte for byte what ``forge``
+    builds from the spec, frame after frame."""
+    client = client_channel()
+    server = server_channel()
+    server.feed(client.greeting())
+    bodies = [{"op": "next", "id": 1}, {"op": "sync", "id": 2, "sync": 1}, {"id": 3, "ok": True}]
+    for seq, message in enumerate(bodies):
+        body = json.dumps(message, separators=(",", ":")).encode()
+        assert client.seal(message) == forge(body, seq=seq)
+        assert server.seal(message) == forge(body, seq=seq, direction=b"S")
+
+
 def test_an_oversized_length_is_refused_before_the_body_arrives():
     server = server_channel(limit=protocol.MAX_HELLO_FRAME)
     server.feed(_client_greeting())
