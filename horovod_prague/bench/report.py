@@ -187,9 +187,9 @@ def write_outputs(
         "\nvs AR: throughput over All-Reduce (its wall time over the system's); bound: the "
         "best ratio the injected delays allow; to X%: how much sooner rank 0's model reached "
         "that test accuracy; vs AR pts: final accuracy minus All-Reduce's after the same "
-        "samples; alone: share of steps that averaged with nobody; exch/wait: share of the "
-        "ranks' wall time spent in Prague's exchange, and of it waiting for an average in "
-        "flight; same: every rank ended with the same model."
+        "samples; alone: share of steps that averaged with nobody; exch/wait: shares of the "
+        "ranks' wall time spent in Prague's exchange and, as part of it, waiting for an "
+        "overlapped average in flight; same: every rank ended with the same model."
     )
     plots = plot(out, plan, results, rows, systems)
     print(f"\nresults: {out / 'results.json'}, {out / 'table.txt'}")
