@@ -28,9 +28,14 @@ def time_to(curve: list[list[float]], target: float) -> float | None:
     return next((t for t, _, acc in curve if acc >= target), None)
 
 
+def _rank_stats(run: dict[str, Any]) -> list[dict[str, int]]:
+    """Each Prague rank's ``exchange_stats`` in a job (none without Prague)."""
+    return [s for s in run.get("exchange_stats") or [] if s]
+
+
 def alone_share(run: dict[str, Any]) -> float | None:
     """The share of a job's steps that averaged with nobody (None without Prague)."""
-    stats = [s for s in run.get("exchange_stats") or [] if s]
+    stats = _rank_stats(run)
     steps = sum(s["steps"] for s in stats)
     return sum(s["alone"] for s in stats) / steps if steps else None
 
@@ -39,7 +44,7 @@ def time_shares(run: dict[str, Any]) -> tuple[float, float] | None:
     """The shares of the ranks' wall time spent in Prague's ``exchange``, and waiting for an
     average in flight (part of the exchange); both of wall time. None without Prague, or from
     runs that did not time them."""
-    stats = [s for s in run.get("exchange_stats") or [] if s]
+    stats = _rank_stats(run)
     if not stats or any("exchange_ms" not in s for s in stats):
         return None
     total_ms = 1e3 * run["wall"] * len(stats)

@@ -117,14 +117,7 @@ class Channel:
 
     def receive(self) -> dict[str, Any] | None:
         """The next message, or None until the bytes fed hold a complete frame."""
-        if self._failed is not None:
-            raise self._failed
-        try:
-            return self._receive()
-        except ProtocolError as e:
-            self._failed = e
-            self._buffer.clear()
-            raise
+        return self._guarded(self._receive)
 
     def _guarded(self, step: Callable[[], Any]) -> Any:
         if self._failed is not None:

@@ -35,41 +35,38 @@ class TorchBinding(Binding):
         for t in tensors:
             by_dtype.setdefault(t.dtype, []).append(t)
         weight = self.average_weight()
+        timeout = self.config().timeout
         for dtype, same in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             data = [t.data for t in same]
-            if _floating(dtype) and weight is not None:
-                results = wait(
+            if not _floating(dtype):
+                summed = wait(
                     _hvd.grouped_allreduce_async(
-                        _weighted(data, weight),
-                        op=_hvd.Average,
-                        name=tag,
-                        process_set=process_set,
+                        [_wide(t) for t in data], op=_hvd.Sum, name=tag, process_set=process_set
                     ),
-                    self.config().timeout,
+                    timeout,
                     tag,
                 )
-                for t, r in zip(data, _unweighted(results), strict=True):
-                    t.copy_(r)
-                continue
-            if _floating(dtype):
+                for t, s in zip(data, summed, strict=True):
+                    t.copy_(torch.div(s, size, rounding_mode="floor"))
+            elif weight is None:
                 wait(
                     _hvd.grouped_allreduce_async_(
                         data, op=_hvd.Average, name=tag, process_set=process_set
                     ),
-                    self.config().timeout,
+                    timeout,
                     tag,
                 )
-                continue
-            summed = wait(
-                _hvd.grouped_allreduce_async(
-                    [_wide(t) for t in data], op=_hvd.Sum, name=tag, process_set=process_set
-                ),
-                self.config().timeout,
-                tag,
-            )
-            for t, s in zip(data, summed, strict=True):
-                t.copy_(torch.div(s, size, rounding_mode="floor"))
+            else:
+                results = wait(
+                    _hvd.grouped_allreduce_async(
+                        _weighted(data, weight), op=_hvd.Average, name=tag, process_set=process_set
+                    ),
+                    timeout,
+                    tag,
+                )
+                for t, r in zip(data, _unweighted(results), strict=True):
+                    t.copy_(r)
 
     @torch.no_grad()
     def start_average(
