@@ -20,13 +20,13 @@ from types import ModuleType
 from typing import Any
 
 from .config import PragueConfig
-from .group_generator import Owed
-from .overlap import GroupWaitTimeout, OverlappedAverager, PendingAverage
+from .group_generator import Owed, holding_up
+from .overlap import GroupWaitTimeout, OverlappedAverager, PendingAverage, awaiting
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
 
 
-def _naming_the_silent_rank(method: Callable[..., Any]) -> Callable[..., Any]:
+def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method``, whose GroupWaitTimeout also names the rank that most likely holds it up."""
 
     @functools.wraps(method)
@@ -34,10 +34,11 @@ def _naming_the_silent_rank(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         except GroupWaitTimeout as e:
-            if getattr(e, "names_the_silent_rank", False):
+            if getattr(e, "names_the_stopped_rank", False):
                 raise
-            named = GroupWaitTimeout(f"{e}. {self._silent_rank()}")
-            named.names_the_silent_rank = True  # type: ignore[attr-defined]
+            named = GroupWaitTimeout(f"{e}. {self._holding_up(e.group)}")
+            named.group = e.group
+            named.names_the_stopped_rank = True  # type: ignore[attr-defined]
             raise named from None
 
     return call
@@ -94,7 +95,7 @@ class Binding(abc.ABC):
         self._runtime = initialize(self.hvd, config, horovod_kwargs)
         staleness = config.staleness_for(self._runtime.topology.size)
         if staleness > 0 and self.can_overlap:
-            self._averager = OverlappedAverager(staleness, config.timeout)
+            self._averager = OverlappedAverager(staleness, config.timeout, self._report_waiting)
         self._watch_for_crash()
         atexit.register(self.leave)
 
@@ -118,7 +119,7 @@ class Binding(abc.ABC):
         self._exchanges_since_consensus += 1
         return group
 
-    @_naming_the_silent_rank
+    @_naming_the_stopped_rank
     def partial_allreduce(self, tensors: Any, group: Group) -> None:
         """Average ``tensors`` in place with the other ranks of ``group`` (P-Reduce); blocks.
 
@@ -133,14 +134,15 @@ class Binding(abc.ABC):
         if len(group) < 2 or not values:
             return
         rt = self.runtime()
-        self.average(values, self._occurrence(group, values), rt.process_set(group), len(group))
+        with awaiting(group, self._report_waiting):
+            self.average(values, self._occurrence(group, values), rt.process_set(group), len(group))
 
     def _note_exchange(self, values: list[Any]) -> None:
         """Remember what a Prague step averaged: the guard brings it to consensus."""
         self._last_exchanged = values
         self._exchanges_since_consensus += 1
 
-    @_naming_the_silent_rank
+    @_naming_the_stopped_rank
     def exchange(self, tensors: Any) -> Group | None:
         """This step's group average, as ``DistributedOptimizer.step`` takes it.
 
@@ -208,23 +210,50 @@ class Binding(abc.ABC):
         stats["waited_ms"] = round(1e3 * waited_s)
         return stats
 
-    def _silent_rank(self) -> str:
-        """Which rank has not asked the Group Generator for anything for the longest time."""
+    def _report_waiting(self, group: Group) -> None:
+        """Tell the Group Generator this rank has waited long on ``group`` (``awaiting``)."""
         try:
-            silence = self.runtime().client.stats().get("silence") or []
+            self.runtime().client.waiting(group)
+        except Exception as e:  # noqa: BLE001, S110  (the wait's own deadline reports what is wrong)
+            print("DEBUG report", e, flush=True)
+
+    def _holding_up(self, group: Group | None) -> str:
+        """Which rank most likely holds up this rank's wait on ``group``.
+
+        Ranks report the groups they wait on long (``awaiting``): following who waits on
+        whom from ``group`` leads to the ranks that wait on nothing, which have stopped or
+        hung. Without ``group``, or where that finds none, the rank that has not asked the
+        Group Generator for anything for the longest time.
+        """
+        rank = self.runtime().rank
+        try:
+            stats = self.runtime().client.stats()
         except Exception as e:  # noqa: BLE001  (any failure here says rank 0 is in trouble)
             return (
                 f"The Group Generator on rank 0 did not answer either ({e}): rank 0 may be "
                 "the one that stopped"
             )
+        silence: list[float | None] = stats.get("silence") or []
+        waits = [None if w is None else tuple(w) for w in stats.get("waits") or []]
+        if group is not None and len(waits) == len(silence):
+            stopped = [r for r in holding_up(group, rank, waits) if silence[r] is not None]
+            if stopped:
+                who = f"Rank {stopped[0]}" if len(stopped) == 1 else f"Ranks {stopped}"
+                ago = ", ".join(f"{silence[r]:.1f} s" for r in stopped)
+                return (
+                    f"{who} held up group {list(group)}: waited for, directly or through "
+                    f"other groups, while waiting on no group, and silent towards the Group "
+                    f"Generator for {ago}: most likely stopped or hung"
+                )
         candidates = [r for r, seconds in enumerate(silence) if seconds is not None]
+        print("DEBUG", rank, group, waits, silence, flush=True)
         if not candidates:
             return ""
-        rank = max(candidates, key=silence.__getitem__)
+        silent = max(candidates, key=silence.__getitem__)
         return (
-            f"Rank {rank} last asked the Group Generator for a group {silence[rank]:.1f} s ago, "
-            "the longest of all ranks: most likely it stopped or hung, holding up every group "
-            "that waits for it"
+            f"Rank {silent} last asked the Group Generator for a group {silence[silent]:.1f} s "
+            "ago, the longest of all ranks: most likely it stopped or hung, holding up every "
+            "group that waits for it"
         )
 
     def _occurrence(self, group: Group, values: Sequence[Any]) -> str:
@@ -258,13 +287,13 @@ class Binding(abc.ABC):
         for _ in range(owed.world_averages):
             self._average_group(world_values, self.runtime().world)
 
-    @_naming_the_silent_rank
+    @_naming_the_stopped_rank
     def drain(self) -> None:
         """Wait for this rank's group average in flight, if any, and apply it."""
         if self._averager is not None:
             self._averager.drain()
 
-    @_naming_the_silent_rank
+    @_naming_the_stopped_rank
     def average_model(self, model_or_tensors: Any) -> bool:
         """Average over all ranks; afterwards every rank holds the same values (consensus).
 
@@ -279,12 +308,13 @@ class Binding(abc.ABC):
         self.drain()
         if rt.finished:
             rt.finals += 1
-            self.average(
-                self._world_tensors(values),
-                f"prague.final.{rt.finals}",
-                self.hvd.global_process_set,
-                rt.topology.size,
-            )
+            with awaiting(rt.world, self._report_waiting):
+                self.average(
+                    self._world_tensors(values),
+                    f"prague.final.{rt.finals}",
+                    self.hvd.global_process_set,
+                    rt.topology.size,
+                )
             return True
         owed = rt.sync()
         if owed is None:
@@ -298,7 +328,7 @@ class Binding(abc.ABC):
         self._exchanges_since_consensus = 0
         return True
 
-    @_naming_the_silent_rank
+    @_naming_the_stopped_rank
     def finish(self, model_or_tensors: Any, average: bool = True) -> None:
         """Leave the Group Generator at the end of training, then (by default) average globally.
 

@@ -325,10 +325,19 @@ class GroupGeneratorServer:
             return {"groups": None} if owed is None else _owed_reply(owed)
         if op == "finish":
             return _owed_reply(gg.finish(conn.rank))
+        if op == "waiting":
+            group = message.get("group")
+            if not isinstance(group, list) or not all(
+                isinstance(r, int) and not isinstance(r, bool) for r in group
+            ):
+                raise _Refused(f"'group' must be a list of ranks, got {group!r}")
+            gg.note_waiting(conn.rank, tuple(group))
+            return {}
         return {
             "counts": list(gg.counts),
             "generations": gg.generations,
             "silence": gg.silence(),
+            "waits": [None if w is None else list(w) for w in gg.waits()],
             "rejected": dict(self.rejected),
             "dropped": dict(self.dropped),
             "generator_errors": self.generator_errors,
@@ -520,6 +529,10 @@ class GroupGeneratorClient:
 
     def finish(self) -> Owed:
         return _owed(self.request("finish"))
+
+    def waiting(self, group: Group) -> None:
+        """Tell the Group Generator this rank has waited long on ``group``'s average."""
+        self.request("waiting", group=list(group))
 
     def stats(self) -> dict[str, Any]:
         return self.request("stats")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from .strategies import Group, GroupStrategy
@@ -57,6 +58,9 @@ class GroupGenerator:
         self.arrived: dict[int, set[int]] = collections.defaultdict(set)
         self.generations = 0
         self.last_asked = [time.monotonic()] * size
+        # The group each rank said it has waited on for long (``note_waiting``), until it asks
+        # for anything else.
+        self.waiting: list[Group | None] = [None] * size
         self._lock = threading.Lock()
 
     def next_group(self, rank: int) -> Group:
@@ -161,7 +165,62 @@ class GroupGenerator:
                 for r, t in enumerate(self.last_asked)
             ]
 
+    def note_waiting(self, rank: int, group: Group) -> None:
+        """``rank`` has waited long for the average of ``group``, one of its groups; it stays
+        waiting until it next asks for anything."""
+        if not (isinstance(rank, int) and 0 <= rank < self.size):
+            raise ValueError(f"rank {rank!r} is not in 0..{self.size - 1}")
+        if (
+            len(group) < 2
+            or len(set(group)) != len(group)
+            or rank not in group
+            or not all(isinstance(r, int) and 0 <= r < self.size for r in group)
+        ):
+            raise ValueError(
+                f"{list(group)!r} is not a group of rank {rank}: distinct ranks in "
+                f"0..{self.size - 1}, at least two, {rank} among them"
+            )
+        with self._lock:
+            self.waiting[rank] = tuple(sorted(group))
+
+    def waits(self) -> list[Group | None]:
+        """For each rank, the group it waits on: the one it said (``note_waiting``), else the
+        world group while it is paused at a sync; None if it is not known to wait."""
+        with self._lock:
+            return [
+                w if w is not None or r not in self.paused else self.world
+                for r, w in enumerate(self.waiting)
+            ]
+
     def _check(self, rank: int) -> None:
         if not (isinstance(rank, int) and 0 <= rank < self.size):
             raise ValueError(f"rank {rank!r} is not in 0..{self.size - 1}")
         self.last_asked[rank] = time.monotonic()
+        self.waiting[rank] = None
+
+
+def holding_up(group: Group, rank: int, waits: Sequence[Group | None]) -> list[int]:
+    """The ranks that hold up ``rank``'s wait on ``group``: following who waits on whom
+    (``GroupGenerator.waits``), the members not waiting on anything.
+
+    A member waiting on the same group waits with ``rank``; one waiting on another group is
+    held up by that group's members in turn.
+
+        >>> holding_up((1, 3), 3, [None, (1, 2), None, (1, 3)])
+        [2]
+    """
+    seen = {rank}
+    stuck: list[int] = []
+    frontier = [tuple(group)]
+    while frontier:
+        current = frontier.pop()
+        for member in current:
+            if member in seen:
+                continue
+            seen.add(member)
+            awaited = waits[member]
+            if awaited is None:
+                stuck.append(member)
+            elif tuple(awaited) != current:
+                frontier.append(tuple(awaited))
+    return sorted(stuck)

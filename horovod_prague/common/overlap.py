@@ -30,9 +30,10 @@ the very next step, so every step averages and each average overlaps one step's 
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from .strategies import Group
@@ -55,6 +56,48 @@ class PendingAverage(abc.ABC):
 class GroupWaitTimeout(TimeoutError):
     """A group average did not complete within the job's timeout."""
 
+    group: Group | None = None
+    """The group waited on, where known (``awaiting``)."""
+
+
+SLOW_WAIT_SHARE = 0.25
+"""A wait that has lasted this share of its timeout is reported (``awaiting``)."""
+
+_awaited = threading.local()
+
+
+@contextlib.contextmanager
+def awaiting(group: Group, report: Callable[[Group], None]) -> Iterator[None]:
+    """Mark this thread's waits in the block as waits on ``group``'s average.
+
+    A wait that lasts ``SLOW_WAIT_SHARE`` of its timeout calls ``report(group)`` once, then
+    goes on waiting: the Group Generator learns who waits on whom, so a rank that times out
+    can name the rank that holds it up. A GroupWaitTimeout raised in the block carries
+    ``group``.
+
+        >>> said = []
+        >>> with awaiting((0, 1), said.append):
+        ...     wait_until(lambda: len(said) > 0, timeout=0.4, late=str)
+        >>> said
+        [(0, 1)]
+    """
+    outer = getattr(_awaited, "report", None)
+    _awaited.report = lambda: report(group)
+    try:
+        yield
+    except GroupWaitTimeout as e:
+        if e.group is None:
+            e.group = group
+        raise
+    finally:
+        _awaited.report = outer
+
+
+def _report_slow_wait() -> None:
+    report = getattr(_awaited, "report", None)
+    if report is not None:
+        report()
+
 
 class OverlappedAverager:
     """One rank's group average in flight, and how many local steps it has been in flight.
@@ -63,11 +106,18 @@ class OverlappedAverager:
     they waited.
     """
 
-    def __init__(self, staleness: int, timeout: float) -> None:
+    def __init__(
+        self,
+        staleness: int,
+        timeout: float,
+        report_slow: Callable[[Group], None] = lambda group: None,
+    ) -> None:
         if staleness < 1:
             raise ValueError(f"staleness: the overlapped path needs >= 1, got {staleness}")
         self.staleness = staleness
         self.timeout = timeout
+        self.report_slow = report_slow
+        """Called with the group when waiting for its average takes long (``awaiting``)."""
         self._pending: tuple[Group, PendingAverage] | None = None
         self._local_steps = 0
         self.applied = 0
@@ -114,7 +164,8 @@ class OverlappedAverager:
         """Wait for the average in flight, if any, and apply it."""
         if self._pending is not None:
             group, pending = self._pending
-            wait_until(pending.ready, self.timeout, lambda: _late(group, self.timeout))
+            with awaiting(group, self.report_slow):
+                wait_until(pending.ready, self.timeout, lambda: _late(group, self.timeout))
             self._finish()
 
     def _finish(self) -> None:
@@ -128,14 +179,21 @@ class OverlappedAverager:
 def wait_until(ready: Callable[[], bool], timeout: float, late: Callable[[], str]) -> None:
     """Poll ``ready`` with a sleep growing from 20 us to 1 ms; GroupWaitTimeout after ``timeout``.
 
+    A wait still going after ``SLOW_WAIT_SHARE`` of ``timeout`` is reported (``awaiting``).
+
     Sleeping between polls, rather than spinning as Horovod's ``synchronize`` does, leaves the
     core and the GIL to the ranks and threads that have work (docs/design.md, *Busy waiting*).
     """
     delay = 20e-6
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline, slow = began + timeout, began + SLOW_WAIT_SHARE * timeout
     while not ready():
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise GroupWaitTimeout(late())
+        if now > slow:
+            slow = deadline
+            _report_slow_wait()
         time.sleep(delay)
         delay = min(delay * 2, 1e-3)
 
@@ -171,7 +229,11 @@ class BackgroundCall(Generic[T]):
     def result(self, timeout: float, late: Callable[[], str]) -> T:
         """The call's value (or its exception); GroupWaitTimeout if not done by ``timeout``."""
         if self._thread.ident is not None:
-            self._thread.join(timeout)
+            deadline = time.monotonic() + timeout
+            self._thread.join(SLOW_WAIT_SHARE * timeout)
+            if self._thread.is_alive():
+                _report_slow_wait()
+                self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
             raise GroupWaitTimeout(late())
         if self._error is not None:

@@ -410,3 +410,18 @@ def test_replies_that_grow_with_the_job_reach_the_client():
     with GroupGeneratorServer(gg, TOKEN, "fp") as srv, client(srv, rank=7) as c:
         c.hello("fp")
         assert len(c.stats()["counts"]) == 40_000  # a reply over 64 KiB
+
+
+def test_ranks_say_what_they_wait_on_and_stats_tell_everyone(server):
+    clients = [client(server, r) for r in range(4)]
+    for c in clients:
+        c.hello("fp")
+    clients[1].waiting((1, 2))
+    clients[3].waiting((1, 3))
+    assert clients[0].stats()["waits"] == [None, [1, 2], None, [1, 3]]
+    clients[1].next_group()
+    assert clients[0].stats()["waits"] == [None, None, None, [1, 3]]
+    for bad in ([0, 2], [1], "1,2", [1, True], [1, 2.0]):
+        with pytest.raises(RuntimeError, match="not a group of rank 1|must be a list of ranks"):
+            clients[1].request("waiting", group=bad)
+    assert clients[0].stats()["waits"] == [None, None, None, [1, 3]]

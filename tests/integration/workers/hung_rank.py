@@ -1,11 +1,12 @@
 """One rank hangs mid-training; the others must stop with an error naming it, not hang.
 
-argv[1]: the rank that hangs (at step ``HANG_AT``; it sleeps, as a rank stuck in a kernel or
-a debugger would, then leaves); argv[2]: ``torch`` (default) or ``tensorflow``. Each other
-rank reports the error it got, and how long after its own step ``HANG_AT`` began it got it;
-the job's Prague timeout is ``TIMEOUT`` seconds. Staleness 1: every step asks the Group
-Generator, so the rank silent longest is the one that stopped (with more, a rank taking lone
-steps asks less often, and one held up by the stopped rank may have been silent longer).
+argv[1]: the rank that hangs (at step ``HANG_AT``: it takes one slow step, then one more,
+which asks the Group Generator for a group later than the ranks already waiting for it did,
+then sleeps, as a rank stuck in a kernel or a debugger would, and leaves); argv[2]: ``torch``
+(default) or ``tensorflow``. Each other rank reports the error it got, and how long after its
+own step ``HANG_AT`` began it got it; the job's Prague timeout is ``TIMEOUT`` seconds. The
+stopped rank is not the one silent longest towards the Group Generator: only the waits ranks
+report tell it apart from the ranks it holds up.
 """
 
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from _report import report
 
-TIMEOUT, HANG_AT, STEPS = 6.0, 10, 200
+TIMEOUT, HANG_AT, STEPS, SLOW_STEP = 6.0, 10, 200, 1.0
 victim = int(sys.argv[1])
 framework = sys.argv[2] if len(sys.argv) > 2 else "torch"
 
@@ -24,7 +25,7 @@ if framework == "torch":
 
     import horovod_prague.torch as hvd
 
-    hvd.init(strategy="random", timeout=TIMEOUT, seed=2, staleness=1)
+    hvd.init(strategy="random", timeout=TIMEOUT, seed=2)
     model = torch.nn.Linear(8, 2)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01))
@@ -40,7 +41,7 @@ else:
 
     import horovod_prague.tensorflow as hvd
 
-    hvd.init(strategy="random", timeout=TIMEOUT, seed=2, staleness=1)
+    hvd.init(strategy="random", timeout=TIMEOUT, seed=2)
     weights = tf.Variable(tf.random.normal([8, 2]))
     hvd.broadcast_variables([weights], root_rank=0)
     opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01))
@@ -57,6 +58,10 @@ try:
         if step == HANG_AT:
             started = time.monotonic()
             if hvd.rank() == victim:
+                # One slow step, then one that asks the Group Generator for a group after the
+                # ranks waiting for this one last asked, then no more.
+                time.sleep(SLOW_STEP)
+                train_step()
                 time.sleep(8 * TIMEOUT)
                 os._exit(0)
         train_step()
@@ -65,14 +70,12 @@ except Exception as e:  # noqa: BLE001  (the test inspects whatever was raised)
     elapsed = None if started is None else time.monotonic() - started
     outcome = {"error": type(e).__name__, "message": str(e), "after": elapsed}
 report(outcome)
-if hvd.rank() == 0:
-    # Rank 0's process serves the Group Generator, which the other survivors ask, after their
-    # own timeout, who is silent: it stays until they have reported (or 30 s have passed).
-    out = Path(os.environ["PRAGUE_TEST_OUT"])
-    deadline = time.monotonic() + 30
-    survivors = [r for r in range(hvd.size()) if r != victim]
-    while time.monotonic() < deadline and not all(
-        (out / f"rank{r}.json").exists() for r in survivors
-    ):
-        time.sleep(0.05)
+# A survivor that exits closes its Gloo connections, and Horovod ends the ranks still waiting
+# before they report; rank 0's process also serves the Group Generator, which the others ask
+# who holds them up. So each survivor stays until all have reported (or 30 s have passed).
+out = Path(os.environ["PRAGUE_TEST_OUT"])
+deadline = time.monotonic() + 30
+survivors = [r for r in range(hvd.size()) if r != victim]
+while time.monotonic() < deadline and not all((out / f"rank{r}.json").exists() for r in survivors):
+    time.sleep(0.05)
 os._exit(0)  # Horovod's shutdown would wait for the hung rank
