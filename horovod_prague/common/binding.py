@@ -214,8 +214,8 @@ class Binding(abc.ABC):
         """Tell the Group Generator this rank has waited long on ``group`` (``awaiting``)."""
         try:
             self.runtime().client.waiting(group)
-        except Exception as e:  # noqa: BLE001, S110  (the wait's own deadline reports what is wrong)
-            print("DEBUG report", e, flush=True)
+        except Exception:  # noqa: BLE001, S110  (the wait's own deadline reports what is wrong)
+            pass
 
     def _holding_up(self, group: Group | None) -> str:
         """Which rank most likely holds up this rank's wait on ``group``.
@@ -246,7 +246,6 @@ class Binding(abc.ABC):
                     f"Generator for {ago}: most likely stopped or hung"
                 )
         candidates = [r for r, seconds in enumerate(silence) if seconds is not None]
-        print("DEBUG", rank, group, waits, silence, flush=True)
         if not candidates:
             return ""
         silent = max(candidates, key=silence.__getitem__)
