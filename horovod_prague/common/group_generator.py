@@ -168,8 +168,7 @@ class GroupGenerator:
     def note_waiting(self, rank: int, group: Group) -> None:
         """``rank`` has waited long for the average of ``group``, one of its groups; it stays
         waiting until it next asks for anything."""
-        if not (isinstance(rank, int) and 0 <= rank < self.size):
-            raise ValueError(f"rank {rank!r} is not in 0..{self.size - 1}")
+        self._check_rank(rank)
         if (
             len(group) < 2
             or len(set(group)) != len(group)
@@ -193,10 +192,14 @@ class GroupGenerator:
             ]
 
     def _check(self, rank: int) -> None:
-        if not (isinstance(rank, int) and 0 <= rank < self.size):
-            raise ValueError(f"rank {rank!r} is not in 0..{self.size - 1}")
+        """``rank`` asks for something: check it, note when, and end its reported wait."""
+        self._check_rank(rank)
         self.last_asked[rank] = time.monotonic()
         self.waiting[rank] = None
+
+    def _check_rank(self, rank: int) -> None:
+        if not (isinstance(rank, int) and 0 <= rank < self.size):
+            raise ValueError(f"rank {rank!r} is not in 0..{self.size - 1}")
 
 
 def holding_up(group: Group, rank: int, waits: Sequence[Group | None]) -> list[int]:
