@@ -3,10 +3,11 @@
 A model, not a measurement. Like a generic grouping simulator, but the groups come from
 this project's own ``GroupGenerator`` and strategies (pure Python), so the threshold rule and
 the backlog guard act as they do in a job. Each rank computes a step (1 unit, or its
-scenario's factor); with nothing in flight it asks for a group, submits its average and goes
-on; while its average is in flight its steps take no group, and the ``staleness``-th step
-after it started waits for it (``horovod_prague.common.overlap``). ``staleness=0`` blocks on
-every average. An average completes ``comm`` units after its last member submitted it.
+scenario's factor); with fewer than ``in_flight`` averages in flight it asks for a group,
+waits for an average in flight that shares a member with it, submits the group's average
+and goes on; otherwise its step takes no group; the ``max(staleness, in_flight)``-th step
+after an average started waits for it (``horovod_prague.common.overlap``). ``staleness=0``
+blocks on every average. An average completes ``comm`` units after its last member submitted it.
 
     .venv/bin/python benchmarks/sim_overlap.py --ranks 8 --scenario random
 """
@@ -33,22 +34,24 @@ def run(
     staleness: int,
     comm: float,
     seed: int,
-) -> tuple[float, float]:
-    """(time until every rank finished, share of steps that took no group)."""
+    in_flight: int = 1,
+) -> tuple[float, float, float]:
+    """(time until every rank finished, share of steps that took no group, share of the
+    ranks' time spent waiting for averages in flight)."""
     n = len(factors)
     config = PragueConfig(strategy=strategy, seed=seed, staleness=staleness)
     gg = GroupGenerator(make_strategy(config, Topology(n, n)))
     submitted: list[collections.Counter] = [collections.Counter() for _ in range(n)]
     arrivals: dict[tuple, list[int]] = collections.defaultdict(list)
     done_at: dict[tuple, float] = {}
-    in_flight: list[tuple | None] = [None] * n
+    flights: list[list[tuple[tuple, int]]] = [[] for _ in range(n)]  # (occurrence, step started)
     waiting: dict[tuple, list[tuple[int, Callable[[int, float], None]]]] = collections.defaultdict(
         list
     )
     step = [0] * n
-    local_steps = [0] * n
     finished = [0.0] * n
     alone = 0
+    waited = 0.0
     events = [(factors[r][0], r) for r in range(n)]
     heapq.heapify(events)
 
@@ -73,41 +76,52 @@ def run(
         return key
 
     def wait_then(r: int, key: tuple, now: float, then: Callable[[int, float], None]) -> None:
-        if key in done_at:
-            then(r, max(now, done_at[key]))
-        else:
-            waiting[key].append((r, then))
+        def resume(x: int, t: float) -> None:
+            nonlocal waited
+            waited += t - now
+            flights[x] = [f for f in flights[x] if f[0] != key]
+            then(x, t)
 
-    def request(r: int, now: float) -> None:
+        if key in done_at:
+            resume(r, max(now, done_at[key]))
+        else:
+            waiting[key].append((r, resume))
+
+    def decide(r: int, now: float) -> None:
         nonlocal alone
-        in_flight[r] = None
-        local_steps[r] = 0
-        group = gg.next_group(r)
+        flights[r] = [f for f in flights[r] if done_at.get(f[0], float("inf")) > now]
+        if len(flights[r]) < in_flight:
+            start(r, gg.next_group(r), now)
+        elif step[r] - flights[r][0][1] >= staleness:
+            wait_then(r, flights[r][0][0], now, decide)
+        else:
+            alone += 1  # as many averages as allowed are still in flight: no group
+            compute_next(r, now)
+
+    def start(r: int, group: tuple, now: float) -> None:
+        nonlocal alone
         if len(group) < 2:
             alone += 1
             compute_next(r, now)
+            return
+        sharing = [f for f in flights[r] if (set(group) - {r}) & set(f[0][0])]
+        if sharing:
+            wait_then(r, sharing[0][0], now, lambda x, t: start(x, group, t))
             return
         key = submit(r, group, now)
         if staleness == 0:
             wait_then(r, key, now, compute_next)
         else:
-            in_flight[r] = key
+            flights[r].append((key, step[r]))
             compute_next(r, now)
 
     while events:
         now, r = heapq.heappop(events)
-        key = in_flight[r]
-        if key is None or done_at.get(key, float("inf")) <= now:
-            request(r, now)
-        elif local_steps[r] + 1 < staleness:
-            local_steps[r] += 1  # the average is still in flight: this step takes no group
-            alone += 1
-            compute_next(r, now)
-        else:
-            wait_then(r, key, now, request)
+        decide(r, now)
     if any(waiting.values()):
         raise RuntimeError(f"deadlock: {dict(waiting)}")
-    return max(finished), alone / sum(steps)
+    end = max(finished)
+    return end, alone / sum(steps), waited / (n * end)
 
 
 def main() -> None:
@@ -123,15 +137,18 @@ def main() -> None:
         plan = schedule(a.scenario, a.ranks, a.steps, seed)
         f = plan.factors
         allreduce = sum(max(row[j] for row in f) + a.comm for j in range(a.steps))
-        rows["bound"].append((plan.bound, 0.0))
+        rows["bound"].append((plan.bound, 0.0, 0.0))
         for strategy in ("smart", "random"):
-            for s in (0, 1, 2, 4, 8):
-                t, alone = run(f, plan.own_pace_steps, strategy, s, a.comm, seed)
-                rows[f"{strategy} s={s}"].append((allreduce / t, alone))
+            for s, k in ((0, 1), (1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (1, 3), (2, 2)):
+                t, alone, waited = run(f, plan.own_pace_steps, strategy, s, a.comm, seed, k)
+                name = f"{strategy} s={s}" + (f" in_flight={k}" if k > 1 else "")
+                rows[name].append((allreduce / t, alone, waited))
     for name, vals in rows.items():
-        ratio = statistics.mean(v for v, _ in vals)
-        alone = statistics.mean(x for _, x in vals)
-        print(f"n={a.ranks} {a.scenario:<10} {name:<12} {ratio:5.2f}x  alone {alone:4.0%}")
+        ratio, alone, waited = (statistics.mean(v[i] for v in vals) for i in range(3))
+        print(
+            f"n={a.ranks} {a.scenario:<10} {name:<22} {ratio:5.2f}x  alone {alone:4.0%}"
+            f"  waiting {waited:4.0%}"
+        )
 
 
 if __name__ == "__main__":

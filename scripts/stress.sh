@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The long soak: 8 ranks, 2,000 steps each with random per-rank delays, every strategy
-# (blocking) and the default design (overlapped), even and uneven ends. Each job checks that
-# every pair of ranks ran their shared groups in the same order and that every rank ends with
-# the same model. CI runs the same test with 4 ranks and 500 steps.
+# (blocking) and the overlapped design with one and two averages in flight, even and uneven
+# ends. Each job checks that every pair of ranks ran their shared groups in the same order
+# and that every rank ends with the same model. CI runs the same test with 4 ranks and 500
+# steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRAGUE_SOAK_RANKS=8 PRAGUE_SOAK_STEPS=2000 exec .venv/bin/python -m pytest -q -p no:cacheprovider \

@@ -95,7 +95,9 @@ class Binding(abc.ABC):
         self._runtime = initialize(self.hvd, config, horovod_kwargs)
         staleness = config.staleness_for(self._runtime.topology.size)
         if staleness > 0 and self.can_overlap:
-            self._averager = OverlappedAverager(staleness, config.timeout, self._report_waiting)
+            self._averager = OverlappedAverager(
+                staleness, config.timeout, self._report_waiting, config.in_flight
+            )
         self._watch_for_crash()
         atexit.register(self.leave)
 
@@ -168,23 +170,27 @@ class Binding(abc.ABC):
             self._average_group(values, group)
             counts["averaged" if len(group) > 1 else "alone"] += 1
             return group
-        waits = self._averager.waits
-        if not self._averager.may_start():
-            counts["alone"] += 1
-            counts["in_flight"] += 1
-            return None
-        counts["waited"] += self._averager.waits - waits
-        group = self.next_group()
-        if len(group) < 2 or not values:
-            counts["alone"] += 1
+        averager = self._averager
+        waits = averager.waits
+        try:
+            if not averager.may_start():
+                counts["alone"] += 1
+                counts["in_flight"] += 1
+                return None
+            group = self.next_group()
+            if len(group) < 2 or not values:
+                counts["alone"] += 1
+                return group
+            rt = self.runtime()
+            averager.make_room(group, rt.rank)
+            counts["averaged"] += 1
+            pending = self.start_average(
+                values, self._occurrence(group, values), rt.process_set(group), len(group)
+            )
+            averager.start(pending, group)
             return group
-        counts["averaged"] += 1
-        rt = self.runtime()
-        pending = self.start_average(
-            values, self._occurrence(group, values), rt.process_set(group), len(group)
-        )
-        self._averager.start(pending, group)
-        return group
+        finally:
+            counts["waited"] += averager.waits - waits
 
     def average_weight(self) -> float | None:
         """This rank's weight in its averages: under ``weighting=progress`` (the default) the
@@ -196,11 +202,12 @@ class Binding(abc.ABC):
 
     def exchange_stats(self) -> dict[str, int]:
         """How this rank's ``exchange`` calls went: ``steps``; ``averaged`` (a group average
-        started or run); ``alone`` (no partner), of which ``in_flight`` (the previous average
-        was still running); ``waited`` (steps that waited out ``staleness``); ``owed``,
+        started or run); ``alone`` (no partner), of which ``in_flight`` (``in_flight`` averages
+        were still running); ``waited`` (waits for an average in flight: one that reached
+        ``staleness``, or one sharing a member with the group about to start); ``owed``,
         groups decided for steps that ``average_model`` or ``finish`` ran instead; and the
-        milliseconds spent in ``exchange`` (``exchange_ms``), of which waiting out
-        ``staleness`` (``waited_ms``)."""
+        milliseconds spent in ``exchange`` (``exchange_ms``), of which waiting for
+        averages in flight (``waited_ms``)."""
         stats = {
             k: self._exchange_counts[k]
             for k in ("steps", "averaged", "alone", "in_flight", "waited", "owed")

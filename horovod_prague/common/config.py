@@ -39,6 +39,9 @@ HELP = {
     "step t, it is applied by the end of step t + staleness (steps between that find it "
     "running average with nobody); 0 waits at once (the paper's blocking P-Reduce); auto: 2 "
     "on jobs of up to 4 ranks, 1 on larger ones",
+    "in_flight": "overlapped group averages a rank may have running at once, never two "
+    "sharing a partner; with more than 1 a step whose last average still runs starts the "
+    "next instead of averaging with nobody, and staleness counts from when this many run",
     "timeout": "seconds any wait on the Group Generator may take before it raises",
     "weighting": "how an average weighs its members' models: progress, each by the number "
     "of steps its rank has taken (a straggler's model pulls its partners back less); or "
@@ -59,6 +62,7 @@ class PragueConfig:
     seed: int = 0
     pool_size: int = 3
     staleness: str = AUTO
+    in_flight: int = 1
     timeout: float = 60.0
     weighting: str = "progress"
     coordinator_addr: str = ""
@@ -88,6 +92,8 @@ class PragueConfig:
             if steps < 0:
                 raise ValueError(f"staleness: must be >= 0 (0 = blocking), got {steps}")
             object.__setattr__(self, "staleness", str(steps))
+        if self.in_flight < 1:
+            raise ValueError(f"in_flight: must be at least 1, got {self.in_flight}")
         if not self.timeout > 0:
             raise ValueError(f"timeout: must be a positive number of seconds, got {self.timeout}")
         if self.weighting not in ("equal", "progress"):

@@ -8,13 +8,20 @@ since the snapshot, as if the average had been taken at the snapshot and the lat
 replayed on top. With equal weights the corrections sum to zero over a group, so the mean
 of the models is kept.
 
-One average is in flight at a time: while it is, the rank's steps average with nobody. A
-second average started from a snapshot that lacks the first one's correction would correct
-the same difference twice, an unstable delayed feedback. An average started at the end of
-step t is applied at the end of step t + ``staleness`` at the latest: the steps between that
-find it still running take no group, and the last one waits for it. ``staleness=1`` waits at
-the very next step, so every step averages and each average overlaps one step's compute;
-``staleness=0`` is the paper's blocking P-Reduce.
+By default one average is in flight at a time: while it is, the rank's steps average with
+nobody. An average started at the end of step t is applied at the end of step t +
+``staleness`` at the latest: the steps between that find it still running take no group, and
+the last one waits for it. ``staleness=1`` waits at the very next step, so every step
+averages and each average overlaps one step's compute; ``staleness=0`` is the paper's
+blocking P-Reduce.
+
+With ``in_flight=k`` up to k averages run at once, so a step whose last average is still
+running starts the next instead of stepping alone; ``staleness`` then counts once k are
+running: the steps the oldest may run before the rank waits for it. Two averages in flight
+never share a member besides the rank itself: a second average of the same ranks, started
+from a snapshot that lacks the first one's correction, would correct their difference
+twice, an unstable delayed feedback, so the rank first waits for the one it overlaps
+(``make_room``).
 
     >>> class Done:  # a framework's PendingAverage whose collective already completed
     ...     applied = 0
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -99,11 +107,22 @@ def _report_slow_wait() -> None:
         report()
 
 
-class OverlappedAverager:
-    """One rank's group average in flight, and how many local steps it has been in flight.
+@dataclasses.dataclass
+class _InFlight:
+    group: Group
+    pending: PendingAverage
+    started: int
+    """The step that started it (``OverlappedAverager`` counts its steps)."""
 
-    ``waits`` and ``waited_s`` count the steps that waited out ``staleness`` and the seconds
-    they waited.
+
+class OverlappedAverager:
+    """One rank's group averages in flight, and how many local steps each has been in flight.
+
+    At most ``in_flight`` averages run at once, and no two of them share a member besides
+    this rank: a second average of the same members, started on a snapshot that lacks the
+    first one's correction, would correct their difference twice. ``waits`` and
+    ``waited_s`` count the waits (for an average that reached ``staleness``, or for one that
+    shares a member with the group about to start) and the seconds they took.
     """
 
     def __init__(
@@ -111,68 +130,85 @@ class OverlappedAverager:
         staleness: int,
         timeout: float,
         report_slow: Callable[[Group], None] = lambda group: None,
+        in_flight: int = 1,
     ) -> None:
         if staleness < 1:
             raise ValueError(f"staleness: the overlapped path needs >= 1, got {staleness}")
+        if in_flight < 1:
+            raise ValueError(f"in_flight: must be at least 1, got {in_flight}")
         self.staleness = staleness
+        self.max_in_flight = in_flight
         self.timeout = timeout
         self.report_slow = report_slow
         """Called with the group when waiting for its average takes long (``awaiting``)."""
-        self._pending: tuple[Group, PendingAverage] | None = None
-        self._local_steps = 0
+        self._flights: list[_InFlight] = []
+        self._step = 0
         self.applied = 0
         self.waits = 0
         self.waited_s = 0.0
 
-    def in_flight(self) -> bool:
-        return self._pending is not None
+    def in_flight(self) -> int:
+        """How many averages are in flight."""
+        return len(self._flights)
 
     def may_start(self) -> bool:
         """Called once per step: whether this step starts a new group average.
 
-        Applies the average in flight if it has completed. If it has not, the step averages
-        with nobody (False), unless this step is the ``staleness``-th since it started: then
-        this waits for it, and the step starts the next one (True).
+        Applies the averages in flight that have completed. With fewer than ``in_flight``
+        still running, the step may start one (True). Otherwise it averages with nobody
+        (False), unless the oldest was started ``staleness`` steps ago: then this waits for
+        it, and the step may start the next (True).
         """
+        self._step += 1
         self.collect()
-        if self._pending is None:
-            return True
-        if self._local_steps + 1 < self.staleness:
-            self._local_steps += 1
-            return False
+        while (
+            len(self._flights) >= self.max_in_flight
+            and self._step - self._flights[0].started >= self.staleness
+        ):
+            self._wait_for(self._flights[0])
+        return len(self._flights) < self.max_in_flight
+
+    def make_room(self, group: Group, rank: int) -> None:
+        """Wait for the averages in flight that share a member other than ``rank`` with
+        ``group``, the one about to start."""
+        others = set(group) - {rank}
+        for flight in [f for f in self._flights if others.intersection(f.group)]:
+            self._wait_for(flight)
+
+    def start(self, pending: PendingAverage, group: Group) -> None:
+        """Track the average just started; ``make_room`` must have made room for it."""
+        if len(self._flights) >= self.max_in_flight:
+            raise RuntimeError(f"{len(self._flights)} overlapped group averages already in flight")
+        self._flights.append(_InFlight(group, pending, self._step))
+
+    def collect(self) -> None:
+        """Apply the averages in flight that have completed, without waiting."""
+        for flight in [f for f in self._flights if f.pending.ready()]:
+            self._finish(flight)
+
+    def drain(self) -> None:
+        """Wait for every average in flight, oldest first, and apply it."""
+        while self._flights:
+            self._drain_one(self._flights[0])
+
+    def _wait_for(self, flight: _InFlight) -> None:
         self.waits += 1
         began = time.perf_counter()
         try:
-            self.drain()
+            self._drain_one(flight)
         finally:
             self.waited_s += time.perf_counter() - began
-        return True
 
-    def start(self, pending: PendingAverage, group: Group) -> None:
-        """Track the average just started; none may be in flight."""
-        if self._pending is not None:
-            raise RuntimeError("an overlapped group average is already in flight")
-        self._pending = (group, pending)
-        self._local_steps = 0
+    def _drain_one(self, flight: _InFlight) -> None:
+        with awaiting(flight.group, self.report_slow):
+            wait_until(
+                flight.pending.ready, self.timeout, lambda: _late(flight.group, self.timeout)
+            )
+        self._finish(flight)
 
-    def collect(self) -> None:
-        """Apply the average in flight if it has completed, without waiting."""
-        if self._pending is not None and self._pending[1].ready():
-            self._finish()
-
-    def drain(self) -> None:
-        """Wait for the average in flight, if any, and apply it."""
-        if self._pending is not None:
-            group, pending = self._pending
-            with awaiting(group, self.report_slow):
-                wait_until(pending.ready, self.timeout, lambda: _late(group, self.timeout))
-            self._finish()
-
-    def _finish(self) -> None:
-        assert self._pending is not None
-        _, pending = self._pending
-        self._pending = None
-        pending.apply()
+    def _finish(self, flight: _InFlight) -> None:
+        self._flights.remove(flight)
+        flight.pending.apply()
         self.applied += 1
 
 

@@ -13,8 +13,16 @@ def test_optimizer_behaviours_on_two_ranks(tmp_path):
     assert "[0]<stdout>:" in job.output and " passed" in job.output
 
 
-def test_overlapped_averaging_on_four_ranks(tmp_path):
-    job = run_ranks("run_pytest.py", tmp_path, np=4, args=("overlap_checks.py",), timeout=300)
+@pytest.mark.parametrize("in_flight", ["1", "2"])
+def test_overlapped_averaging_on_four_ranks(tmp_path, in_flight):
+    job = run_ranks(
+        "run_pytest.py",
+        tmp_path,
+        np=4,
+        args=("overlap_checks.py",),
+        env={"HOROVOD_PRAGUE_IN_FLIGHT": in_flight},
+        timeout=300,
+    )
     assert job.returncode == 0, job.output[-8000:]
     assert "[0]<stdout>:" in job.output and " passed" in job.output
 

@@ -67,18 +67,29 @@ SOAK_STEPS = int(os.environ.get("PRAGUE_SOAK_STEPS", "500"))
 
 
 @pytest.mark.parametrize(
-    ("strategy", "staleness"),
-    [("smart", 0), ("static", 0), ("random", 0), ("adpsgd", 0), ("allreduce", 0), ("smart", 1)],
+    ("strategy", "staleness", "in_flight"),
+    [
+        ("smart", 0, 1),
+        ("static", 0, 1),
+        ("random", 0, 1),
+        ("adpsgd", 0, 1),
+        ("allreduce", 0, 1),
+        ("smart", 1, 1),
+        ("smart", 1, 2),
+    ],
 )
 @pytest.mark.parametrize("ending", ["even", "uneven"])
-def test_many_steps_with_random_delays_end_cleanly(tmp_path, strategy, staleness, ending):
-    """Blocking for every strategy, and overlapped for the default design; 4 ranks and 500
-    steps here, ``scripts/stress.sh`` runs 8 ranks and 2,000 steps."""
+def test_many_steps_with_random_delays_end_cleanly(
+    tmp_path, strategy, staleness, in_flight, ending
+):
+    """Blocking for every strategy, and overlapped with one and two averages in flight; 4
+    ranks and 500 steps here, ``scripts/stress.sh`` runs 8 ranks and 2,000 steps."""
     job = run_ranks(
         "soak.py",
         tmp_path,
         np=SOAK_RANKS,
         args=(strategy, str(SOAK_STEPS), ending, str(staleness)),
+        env={"HOROVOD_PRAGUE_IN_FLIGHT": str(in_flight)},
         timeout=400 * SOAK_STEPS * SOAK_RANKS / 2000,
     )
     job.check()

@@ -8,8 +8,9 @@ ranks, as a script's own global Horovod collective after it would (the drop-in's
 A deadlock (ranks left waiting and no group can complete) raises ``Deadlock``.
 
 ``simulate_overlapped`` does the same for the overlapped path (``horovod_prague.common.overlap``
-and ``Binding.exchange``): at most one group average is in flight per rank; while it is, a
-step takes no group, for at most ``staleness`` steps, after which the rank waits for it.
+and ``Binding.exchange``): at most ``in_flight`` group averages are in flight per rank, never
+two sharing a member besides the rank; while that many are, a step takes no group, until the
+oldest has run ``staleness`` steps: then the rank waits for it.
 """
 
 from __future__ import annotations
@@ -114,10 +115,24 @@ Occurrence = tuple[Group | Barrier, int]
 """The k-th submission of a group (or barrier): the same collective on every member."""
 
 # What a rank does next, besides the blocking collectives (a group or barrier) in its todo list:
-# ask for its next group and start its average (after a staleness wait), wait until nothing is
-# in flight, reach a sync, finish.
-NEXT, DRAIN, SYNC, FINISH = "next", "drain", "sync", "finish"
-Action = str | Group | Barrier
+# decide whether this step starts an average (after a staleness wait), start one on a group
+# (after waiting for an average in flight that shares a member with it), wait until nothing
+# is in flight, reach a sync, finish.
+DECIDE, DRAIN, SYNC, FINISH = "decide", "drain", "sync", "finish"
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    group: Group
+
+
+Action = str | Group | Barrier | Start
+
+
+@dataclasses.dataclass
+class Flight:
+    occurrence: Occurrence
+    started: int  # the step that started it
 
 
 @dataclasses.dataclass
@@ -128,8 +143,7 @@ class OverlapState:
     steps_done: int = 0
     syncs: int = 0
     todo: list[Action] = dataclasses.field(default_factory=list)
-    in_flight: Occurrence | None = None  # the overlapped average started and not yet applied
-    local_steps: int = 0  # steps that took no group since ``in_flight`` was started
+    in_flight: list[Flight] = dataclasses.field(default_factory=list)  # started, not applied
     blocked_on: Occurrence | None = None  # waits until this occurrence completes
     submitted: collections.Counter[Group | Barrier] = dataclasses.field(
         default_factory=collections.Counter
@@ -137,6 +151,7 @@ class OverlapState:
     finished: bool = False
     executed: list[Group] = dataclasses.field(default_factory=list)  # groups submitted, in order
     max_in_flight: int = 0  # the most averages and collectives this rank had running at once
+    shared_partner: int = 0  # averages started while another in flight shared a member
     skipped: int = 0  # steps that took no group (their average still in flight)
     max_skipped_run: int = 0  # the most such steps in a row
     skipped_run: int = 0
@@ -156,32 +171,57 @@ def simulate_overlapped(
     pick: Callable[[list[int]], int] | None = None,
     syncs_at: frozenset[int] = frozenset(),
     collective_after_sync: bool = False,
+    in_flight: int = 1,
 ) -> list[OverlapState]:
     """Drive ``gg`` with overlapped group averages until every rank is done.
 
-    A group step applies the average in flight if it completed. Then, with none in flight, it
-    asks ``next_group`` and starts that group's average; with one still in flight for fewer
-    than ``staleness - 1`` steps it takes no group; else it waits for it, then asks and starts the
-    next. ``staleness=0``: every group step asks, submits and waits until complete. A sync
-    step drains, calls ``sync`` and runs the owed groups blocking, as ``Binding.average_model``
-    does; the end of the steps drains, calls ``finish`` and runs its groups the same way. An
-    occurrence completes once every member submitted it. Returns each rank's history.
+    A group step applies the averages in flight that completed. With fewer than ``in_flight``
+    in flight, it asks ``next_group``, waits for any average in flight that shares a member with
+    that group, and starts the group's average; otherwise it takes no group, unless the oldest
+    started ``staleness`` steps ago: then it waits for it and decides again. ``staleness=0``:
+    every group step asks, submits and waits until complete. A sync step drains, calls ``sync``
+    and runs the owed groups blocking, as ``Binding.average_model`` does; the end of the steps
+    drains, calls ``finish`` and runs its groups the same way. An occurrence completes once
+    every member submitted it. Returns each rank's history.
     """
     pick = pick or random.Random(0).choice
     world = tuple(range(len(steps)))
     ranks = [OverlapState(n) for n in steps]
 
-    def take_group(r: int) -> None:
+    def applied(s: OverlapState) -> None:
+        s.in_flight = [f for f in s.in_flight if _missing(ranks, f.occurrence)]
+
+    def decide(r: int) -> None:
         s = ranks[r]
-        s.skipped_run = 0
-        group = gg.next_group(r)
+        applied(s)
+        if len(s.in_flight) < in_flight:
+            s.skipped_run = 0
+            start(r, gg.next_group(r))
+        elif s.steps_done - s.in_flight[0].started >= staleness:
+            s.waits += 1
+            s.blocked_on = s.in_flight[0].occurrence
+            s.todo = [DECIDE]
+        else:
+            s.skipped += 1
+            s.skipped_run += 1
+            s.max_skipped_run = max(s.max_skipped_run, s.skipped_run)
+
+    def start(r: int, group: Group) -> None:
+        s = ranks[r]
+        applied(s)
+        others = set(group) - {r}
+        sharing = [f for f in s.in_flight if others.intersection(f.occurrence[0])]
+        if sharing:
+            s.blocked_on = sharing[0].occurrence
+            s.todo = [Start(group)]
+            return
         occurrence = _submit(s, group)
         if occurrence is None:
             return
         if staleness == 0:
             s.blocked_on = occurrence
         else:
-            s.in_flight, s.local_steps = occurrence, 0
+            s.in_flight.append(Flight(occurrence, s.steps_done))
 
     while True:
         for s in ranks:
@@ -196,10 +236,15 @@ def simulate_overlapped(
         s = ranks[r]
         if s.todo:
             action = s.todo.pop(0)
-            if action == NEXT:
-                take_group(r)
+            if action == DECIDE:
+                decide(r)
+            elif isinstance(action, Start):
+                start(r, action.group)
             elif action == DRAIN:
-                s.blocked_on = s.in_flight  # None: nothing to wait for
+                applied(s)
+                if s.in_flight:
+                    s.blocked_on = s.in_flight[0].occurrence
+                    s.todo.insert(0, DRAIN)
             elif action == SYNC:
                 owed = gg.sync(r, s.syncs)
                 if owed is not None:
@@ -220,19 +265,7 @@ def simulate_overlapped(
                 s.skipped_run = 0
                 s.todo = [DRAIN, SYNC]
                 continue
-            if s.in_flight is not None and not _missing(ranks, s.in_flight):
-                s.in_flight = None  # completed: applied
-            if s.in_flight is None:
-                take_group(r)
-            elif s.local_steps + 1 < staleness:
-                s.local_steps += 1
-                s.skipped += 1
-                s.skipped_run += 1
-                s.max_skipped_run = max(s.max_skipped_run, s.skipped_run)
-            else:
-                s.waits += 1
-                s.blocked_on = s.in_flight
-                s.todo = [NEXT]
+            decide(r)
         else:
             s.finished = True
             s.todo = [DRAIN, FINISH]
@@ -249,7 +282,9 @@ def _submit(s: OverlapState, key: Group | Barrier) -> Occurrence | None:
     s.submitted[key] += 1
     if not isinstance(key, Barrier):
         s.executed.append(key)
-    s.max_in_flight = max(s.max_in_flight, 1 + (s.in_flight is not None))
+    s.max_in_flight = max(s.max_in_flight, 1 + len(s.in_flight))
+    members = set(_members(key))
+    s.shared_partner += any(len(members.intersection(f.occurrence[0])) > 1 for f in s.in_flight)
     return key, s.submitted[key]
 
 
@@ -261,13 +296,12 @@ def _missing(ranks: list[OverlapState], occurrence: Occurrence) -> list[int]:
 def _advance(ranks: list[OverlapState], s: OverlapState) -> None:
     """End the wait of ``s`` once what it waits on completed; a waited-for average is applied."""
     if s.blocked_on is not None and not _missing(ranks, s.blocked_on):
-        if s.blocked_on == s.in_flight:
-            s.in_flight = None
+        s.in_flight = [f for f in s.in_flight if f.occurrence != s.blocked_on]
         s.blocked_on = None
 
 
 def _waits_on(ranks: list[OverlapState], s: OverlapState) -> tuple[Occurrence, list[int]] | None:
-    occurrence = s.blocked_on or s.in_flight
+    occurrence = s.blocked_on or (s.in_flight[0].occurrence if s.in_flight else None)
     return None if occurrence is None else (occurrence, _missing(ranks, occurrence))
 
 

@@ -24,26 +24,28 @@ from horovod_prague.common.overlap import (
 from horovod_prague.common.strategies import make_strategy
 
 staleness = st.integers(0, 4)
+in_flight = st.integers(1, 3)
 
 
 @FAST
 @given(
     jobs(),
     staleness,
+    in_flight,
     st.lists(st.integers(1, 12), min_size=16, max_size=16),
     st.sets(st.integers(1, 12), max_size=3),
     st.randoms(),
 )
-def test_every_overlapped_interleaving_finishes_without_deadlock(job, s, steps, syncs, rnd):
+def test_every_overlapped_interleaving_finishes_without_deadlock(job, s, k, steps, syncs, rnd):
     """Uneven steps per rank, syncs some ranks may finish before, any interleaving."""
     config, topology = job
     gg = GroupGenerator(make_strategy(config, topology))
     history = simulate_overlapped(
-        gg, steps[: topology.size], s, pick=rnd.choice, syncs_at=frozenset(syncs)
+        gg, steps[: topology.size], s, pick=rnd.choice, syncs_at=frozenset(syncs), in_flight=k
     )
     for rank, state in enumerate(history):
         assert all(rank in g for g in state.executed)
-        assert state.in_flight is None
+        assert not state.in_flight
         if s == 0:
             assert state.skipped == state.waits == 0
 
@@ -52,11 +54,12 @@ def test_every_overlapped_interleaving_finishes_without_deadlock(job, s, steps, 
 @given(
     jobs(),
     staleness,
+    in_flight,
     st.lists(st.integers(1, 30), min_size=16, max_size=16),
     st.lists(st.sampled_from([1, 100]), min_size=16, max_size=16),
     st.randoms(),
 )
-def test_fast_and_slow_ranks_finish_without_deadlock(job, s, steps, speeds, rnd):
+def test_fast_and_slow_ranks_finish_without_deadlock(job, s, k, steps, speeds, rnd):
     """Ranks of two speeds, so that fast ones reach the staleness bound and wait."""
     config, topology = job
 
@@ -65,33 +68,46 @@ def test_fast_and_slow_ranks_finish_without_deadlock(job, s, steps, speeds, rnd)
 
     gg = GroupGenerator(make_strategy(config, topology))
     history = simulate_overlapped(
-        gg, steps[: topology.size], s, pick=pick, syncs_at=frozenset({4, 13})
+        gg, steps[: topology.size], s, pick=pick, syncs_at=frozenset({4, 13}), in_flight=k
     )
     for rank, state in enumerate(history):
         assert all(rank in g for g in state.executed)
-        assert state.in_flight is None and state.max_in_flight <= 1
+        assert not state.in_flight and state.max_in_flight <= k
+        assert state.shared_partner == 0
         assert state.max_skipped_run <= max(s - 1, 0)
 
 
 @FAST
-@given(jobs(), staleness, st.lists(st.integers(1, 10), min_size=16, max_size=16), st.randoms())
-def test_members_submit_shared_groups_in_the_same_order(job, s, steps, rnd):
+@given(
+    jobs(),
+    staleness,
+    in_flight,
+    st.lists(st.integers(1, 10), min_size=16, max_size=16),
+    st.randoms(),
+)
+def test_members_submit_shared_groups_in_the_same_order(job, s, k, steps, rnd):
     config, topology = job
     gg = GroupGenerator(make_strategy(config, topology))
     history = simulate_overlapped(
-        gg, steps[: topology.size], s, pick=rnd.choice, syncs_at=frozenset({3, 6})
+        gg, steps[: topology.size], s, pick=rnd.choice, syncs_at=frozenset({3, 6}), in_flight=k
     )
     assert_shared_groups_in_one_order(history, topology.size)
 
 
 @FAST
-@given(jobs(), staleness, st.randoms())
-def test_a_global_collective_after_each_overlapped_sync_never_deadlocks(job, s, rnd):
+@given(jobs(), staleness, in_flight, st.randoms())
+def test_a_global_collective_after_each_overlapped_sync_never_deadlocks(job, s, k, rnd):
     config, topology = job
     gg = GroupGenerator(make_strategy(config, topology))
     syncs = frozenset({1, 3, 4, 8})
     history = simulate_overlapped(
-        gg, [9] * topology.size, s, pick=rnd.choice, syncs_at=syncs, collective_after_sync=True
+        gg,
+        [9] * topology.size,
+        s,
+        pick=rnd.choice,
+        syncs_at=syncs,
+        collective_after_sync=True,
+        in_flight=k,
     )
     world = tuple(range(topology.size))
     assert all(state.executed.count(world) >= len(syncs) for state in history)
@@ -109,6 +125,29 @@ def test_one_average_in_flight_and_fewer_than_staleness_steps_without_a_group(jo
         assert state.max_in_flight <= 1
         assert state.max_skipped_run <= max(s - 1, 0)
         assert state.skipped <= state.steps_done
+
+
+@FAST
+@given(
+    jobs(),
+    st.integers(1, 4),
+    st.integers(2, 3),
+    st.lists(st.integers(1, 12), min_size=16, max_size=16),
+    st.randoms(),
+)
+def test_several_averages_in_flight_never_share_a_partner(job, s, k, steps, rnd):
+    """With ``in_flight=k`` a rank runs up to k averages at once, none two sharing a member
+    besides itself, and steps alone only while k are running, for fewer than ``staleness``
+    steps in a row."""
+    config, topology = job
+    gg = GroupGenerator(make_strategy(config, topology))
+    history = simulate_overlapped(
+        gg, steps[: topology.size], s, pick=rnd.choice, syncs_at=frozenset({2, 5}), in_flight=k
+    )
+    for state in history:
+        assert state.max_in_flight <= k
+        assert state.shared_partner == 0
+        assert state.max_skipped_run <= max(s - 1, 0)
 
 
 def test_a_rank_whose_partner_lags_skips_staleness_minus_one_steps_then_waits():
@@ -241,6 +280,41 @@ def test_only_one_average_may_be_in_flight():
         averager.start(FakePending("b", []), (0, 2))
 
 
+def test_with_two_in_flight_a_step_starts_the_next_average_instead_of_stepping_alone():
+    log: list = []
+    averager = OverlappedAverager(staleness=1, timeout=1.0, in_flight=2)
+    assert averager.may_start()
+    averager.start(FakePending("a", log, polls=3), (0, 1))
+    assert averager.may_start()  # "a" still running: a second may start
+    averager.start(FakePending("b", log, polls=None), (0, 2))
+    assert averager.in_flight() == 2 and log == []
+    assert averager.may_start()  # two running, "a" the oldest: waited for, applied
+    assert log == ["a"] and averager.in_flight() == 1 and averager.waits == 1
+    with pytest.raises(RuntimeError, match="already in flight"):
+        averager.start(FakePending("c", log), (0, 3))
+        averager.start(FakePending("d", log), (0, 4))
+
+
+def test_with_three_in_flight_and_staleness_four_a_step_goes_alone_only_when_three_run():
+    averager = OverlappedAverager(staleness=4, timeout=1.0, in_flight=3)
+    started = []
+    for step in range(4):
+        if averager.may_start():
+            averager.start(FakePending(str(step), [], polls=None), (0, 1 + step))
+            started.append(step)
+    assert started == [0, 1, 2] and averager.in_flight() == 3
+
+
+def test_make_room_waits_only_for_averages_sharing_a_partner():
+    log: list = []
+    averager = OverlappedAverager(staleness=2, timeout=1.0, in_flight=2)
+    averager.start(FakePending("with 1", log, polls=2), (0, 1))
+    averager.make_room((0, 2), rank=0)  # shares only rank 0 itself: no wait
+    assert log == [] and averager.waits == 0
+    averager.make_room((0, 1, 3), rank=0)  # shares rank 1: waits for it
+    assert log == ["with 1"] and averager.in_flight() == 0 and averager.waits == 1
+
+
 @pytest.mark.parametrize("how", ["drain", "staleness"])
 def test_an_average_that_never_completes_times_out_naming_its_group(how):
     averager = OverlappedAverager(staleness=2, timeout=0.05)
@@ -259,6 +333,10 @@ def test_an_average_that_never_completes_times_out_naming_its_group(how):
 def test_the_averager_needs_staleness_of_at_least_one(bad):
     with pytest.raises(ValueError, match="staleness"):
         OverlappedAverager(staleness=bad, timeout=1.0)
+    with pytest.raises(ValueError, match="in_flight"):
+        OverlappedAverager(staleness=1, timeout=1.0, in_flight=bad)
+    with pytest.raises(ValueError, match="in_flight"):
+        PragueConfig(in_flight=bad)
 
 
 def test_staleness_default_is_auto_two_on_small_jobs_one_on_larger():

@@ -1,5 +1,7 @@
 """The overlapped path on 4 ranks: run with ``horovodrun -np 4 ... python run_pytest.py``.
 
+``HOROVOD_PRAGUE_IN_FLIGHT`` sets how many averages may be in flight at once.
+
 Every test runs on all ranks in the same order. Expected values come from every rank's
 snapshot, gathered with Horovod's own collectives (``horovod.torch``), not the ones under test.
 """
@@ -51,6 +53,51 @@ def test_an_overlapped_average_adds_the_group_mean_minus_the_snapshot():
         mean = torch.stack([everyone[m] for m in group]).mean(0)
         torch.testing.assert_close(t, mean + 1.0)
     assert started > 0
+
+
+def test_every_average_adds_its_group_mean_minus_its_snapshot():
+    """However many averages are in flight at once, and whenever each is applied, the tensor
+    ends as its own updates plus, for every average, the group's mean of the members'
+    snapshots (weighted by their step counts) minus this rank's snapshot."""
+    binding = hvd._binding
+    snapshots: list[tuple[torch.Tensor, float]] = []
+    running: list[int] = []  # averages already in flight when each one started
+    start_average = binding.start_average
+
+    def recording(values, name, process_set, size):
+        snapshots.append((values[0].detach().clone(), binding.average_weight() or 1.0))
+        running.append(binding._averager.in_flight())
+        return start_average(values, name, process_set, size)
+
+    binding.start_average = recording
+    t = torch.randn(1000, generator=torch.Generator().manual_seed(11 + hvd.rank()))
+    expected = t.clone()
+    groups = []
+    try:
+        for _ in range(16):
+            group = hvd.exchange([t])
+            if group is not None and len(group) > 1:
+                groups.append(tuple(group))
+            t.add_(0.25 * (hvd.rank() + 1))  # training goes on while averages are in flight
+            expected.add_(0.25 * (hvd.rank() + 1))
+        hvd.drain()
+    finally:
+        del binding.start_average
+    assert len(snapshots) == len(groups) > 0
+    assert max(running) == hvd.config().in_flight - 1, "as many in flight as allowed"
+    occurrences = []  # (group, k): the k-th time this rank ran that group
+    for i, group in enumerate(groups):
+        occurrences.append((group, groups[:i].count(group)))
+    everyone = _gathered_objects(dict(zip(occurrences, snapshots, strict=True)))
+    for occurrence, (own, _) in zip(occurrences, snapshots, strict=True):
+        members = [everyone[m][occurrence] for m in occurrence[0]]
+        mean = sum(w * x for x, w in members) / sum(w for _, w in members)
+        expected.add_(mean - own)
+    torch.testing.assert_close(t, expected)
+
+
+def _gathered_objects(obj):
+    return raw.allgather_object(obj, name=f"check.{next(_names)}")
 
 
 def test_integer_tensors_take_the_group_floor_mean():
