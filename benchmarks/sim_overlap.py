@@ -9,6 +9,13 @@ and goes on; otherwise its step takes no group; the ``max(staleness, in_flight)`
 after an average started waits for it (``horovod_prague.common.overlap``). ``staleness=0``
 blocks on every average. An average completes ``comm`` units after its last member submitted it.
 
+It also models how well the ranks agree: every rank holds a number, each step adds to it
+noise drawn from N(0, 1) (its gradient), and each average adds ``scale * (mean of the members'
+snapshots - its own snapshot)``, where ``scale`` is ``1 / in_flight`` for an average that a
+member started while another of its own was in flight (``overlap.Overlap``; 1 with
+``--undamped``). ``spread`` is the variance across ranks, averaged over the run: lower means
+better mixed models.
+
     .venv/bin/python benchmarks/sim_overlap.py --ranks 8 --scenario random
 """
 
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import heapq
+import random
 import statistics
 from collections.abc import Callable
 
@@ -35,14 +43,19 @@ def run(
     comm: float,
     seed: int,
     in_flight: int = 1,
-) -> tuple[float, float, float]:
+    damped: bool = True,
+    nodes: int | None = None,
+) -> tuple[float, float, float, float]:
     """(time until every rank finished, share of steps that took no group, share of the
-    ranks' time spent waiting for averages in flight)."""
+    ranks' time spent waiting for averages in flight, spread: the ranks' variance)."""
     n = len(factors)
-    config = PragueConfig(strategy=strategy, seed=seed, staleness=staleness)
-    gg = GroupGenerator(make_strategy(config, Topology(n, n)))
+    config = PragueConfig(strategy=strategy, seed=seed, staleness=str(staleness))
+    gg = GroupGenerator(make_strategy(config, Topology(n, nodes or n)))
+    noise = random.Random(seed)
+    value = [0.0] * n
+    variances: list[float] = []
+    sent: dict[tuple, dict[int, tuple[float, bool]]] = collections.defaultdict(dict)
     submitted: list[collections.Counter] = [collections.Counter() for _ in range(n)]
-    arrivals: dict[tuple, list[int]] = collections.defaultdict(list)
     done_at: dict[tuple, float] = {}
     flights: list[list[tuple[tuple, int]]] = [[] for _ in range(n)]  # (occurrence, step started)
     waiting: dict[tuple, list[tuple[int, Callable[[int, float], None]]]] = collections.defaultdict(
@@ -55,7 +68,17 @@ def run(
     events = [(factors[r][0], r) for r in range(n)]
     heapq.heapify(events)
 
+    def apply(r: int, key: tuple) -> None:
+        members = sent[key]
+        mean = sum(v for v, _ in members.values()) / len(members)
+        overlapped = any(o for _, o in members.values())
+        scale = 1.0 / in_flight if damped and overlapped else 1.0
+        value[r] += scale * (mean - members[r][0])
+
     def compute_next(r: int, now: float) -> None:
+        value[r] += noise.gauss(0.0, 1.0)
+        if r == 0:
+            variances.append(statistics.pvariance(value))
         step[r] += 1
         if step[r] < steps[r]:
             heapq.heappush(events, (now + factors[r][step[r]], r))
@@ -68,18 +91,19 @@ def run(
     def submit(r: int, group: tuple, now: float) -> tuple:
         key = (group, submitted[r][group])
         submitted[r][group] += 1
-        arrivals[key].append(r)
-        if len(arrivals[key]) == len(group):
+        sent[key][r] = (value[r], bool(flights[r]))
+        if len(sent[key]) == len(group):
             done_at[key] = now + comm
             for x, then in waiting.pop(key, []):
                 then(x, done_at[key])
         return key
 
-    def wait_then(r: int, key: tuple, now: float, then: Callable[[int, float], None]) -> None:
+    def wait_for(r: int, key: tuple, now: float, then: Callable[[int, float], None]) -> None:
         def resume(x: int, t: float) -> None:
             nonlocal waited
             waited += t - now
             flights[x] = [f for f in flights[x] if f[0] != key]
+            apply(x, key)
             then(x, t)
 
         if key in done_at:
@@ -87,13 +111,19 @@ def run(
         else:
             waiting[key].append((r, resume))
 
+    def collect(r: int, now: float) -> None:
+        for key, started in list(flights[r]):
+            if done_at.get(key, float("inf")) <= now:
+                flights[r].remove((key, started))
+                apply(r, key)
+
     def decide(r: int, now: float) -> None:
         nonlocal alone
-        flights[r] = [f for f in flights[r] if done_at.get(f[0], float("inf")) > now]
+        collect(r, now)
         if len(flights[r]) < in_flight:
             start(r, gg.next_group(r), now)
         elif step[r] - flights[r][0][1] >= staleness:
-            wait_then(r, flights[r][0][0], now, decide)
+            wait_for(r, flights[r][0][0], now, decide)
         else:
             alone += 1  # as many averages as allowed are still in flight: no group
             compute_next(r, now)
@@ -104,15 +134,16 @@ def run(
             alone += 1
             compute_next(r, now)
             return
-        sharing = [f for f in flights[r] if (set(group) - {r}) & set(f[0][0])]
+        collect(r, now)
+        sharing = [f[0] for f in flights[r] if (set(group) - {r}) & set(f[0][0])]
         if sharing:
-            wait_then(r, sharing[0][0], now, lambda x, t: start(x, group, t))
+            wait_for(r, sharing[0], now, lambda x, t: start(x, group, t))
             return
         key = submit(r, group, now)
+        flights[r].append((key, step[r]))
         if staleness == 0:
-            wait_then(r, key, now, compute_next)
+            wait_for(r, key, now, compute_next)
         else:
-            flights[r].append((key, step[r]))
             compute_next(r, now)
 
     while events:
@@ -121,33 +152,41 @@ def run(
     if any(waiting.values()):
         raise RuntimeError(f"deadlock: {dict(waiting)}")
     end = max(finished)
-    return end, alone / sum(steps), waited / (n * end)
+    spread = statistics.mean(variances[len(variances) // 5 :])  # past the start
+    return end, alone / sum(steps), waited / (n * end), spread
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--nodes", type=int, help="nodes the ranks are spread over (static)")
     ap.add_argument("--scenario", default="random", choices=list(SCENARIOS))
+    ap.add_argument("--strategies", default="smart,random")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--comm", type=float, default=0.3, help="an average's time, in steps")
+    ap.add_argument(
+        "--undamped", action="store_true", help="apply overlapped averages whole (not shipped)"
+    )
     a = ap.parse_args()
     rows = collections.defaultdict(list)
     for seed in range(a.seeds):
         plan = schedule(a.scenario, a.ranks, a.steps, seed)
         f = plan.factors
         allreduce = sum(max(row[j] for row in f) + a.comm for j in range(a.steps))
-        rows["bound"].append((plan.bound, 0.0, 0.0))
-        for strategy in ("smart", "random"):
-            for s, k in ((0, 1), (1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (1, 3), (2, 2)):
-                t, alone, waited = run(f, plan.own_pace_steps, strategy, s, a.comm, seed, k)
+        rows["bound"].append((plan.bound, 0.0, 0.0, float("nan")))
+        for strategy in a.strategies.split(","):
+            for s, k in ((0, 1), (1, 1), (2, 1), (4, 1), (1, 2), (1, 3), (2, 2)):
+                t, alone, waited, spread = run(
+                    f, plan.own_pace_steps, strategy, s, a.comm, seed, k, not a.undamped, a.nodes
+                )
                 name = f"{strategy} s={s}" + (f" in_flight={k}" if k > 1 else "")
-                rows[name].append((allreduce / t, alone, waited))
+                rows[name].append((allreduce / t, alone, waited, spread))
     for name, vals in rows.items():
-        ratio, alone, waited = (statistics.mean(v[i] for v in vals) for i in range(3))
+        ratio, alone, waited, spread = (statistics.mean(v[i] for v in vals) for i in range(4))
         print(
             f"n={a.ranks} {a.scenario:<10} {name:<22} {ratio:5.2f}x  alone {alone:4.0%}"
-            f"  waiting {waited:4.0%}"
+            f"  waiting {waited:4.0%}  spread {spread:6.2f}"
         )
 
 

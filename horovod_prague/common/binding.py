@@ -21,7 +21,7 @@ from typing import Any
 
 from .config import PragueConfig
 from .group_generator import Owed, holding_up
-from .overlap import GroupWaitTimeout, OverlappedAverager, PendingAverage, awaiting
+from .overlap import GroupWaitTimeout, Overlap, OverlappedAverager, PendingAverage, awaiting
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
 
@@ -72,11 +72,18 @@ class Binding(abc.ABC):
         each member weighted by its ``average_weight()`` unless that is None."""
 
     def start_average(
-        self, tensors: Sequence[Any], name: str, process_set: Any, size: int
+        self,
+        tensors: Sequence[Any],
+        name: str,
+        process_set: Any,
+        size: int,
+        overlap: Overlap | None = None,
     ) -> PendingAverage:
         """Start averaging a snapshot of ``tensors`` over ``process_set``; do not wait.
 
-        Frameworks with ``can_overlap`` implement it; see ``horovod_prague.common.overlap``.
+        With ``overlap``, its ``flag`` travels in the same collective, and the correction is
+        scaled by ``overlap.scale`` of the group's mean flag. Frameworks with ``can_overlap``
+        implement it; see ``horovod_prague.common.overlap``.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot overlap group averages")
 
@@ -149,9 +156,9 @@ class Binding(abc.ABC):
         """This step's group average, as ``DistributedOptimizer.step`` takes it.
 
         Blocking (``staleness=0``): ``partial_allreduce`` with ``next_group()``. Overlapped:
-        starts the next group's average on a snapshot and returns at once, or, while the
-        previous one is still in flight, averages with nobody this step;
-        ``horovod_prague.common.overlap`` says how and when the average is applied. Returns
+        starts the next group's average on a snapshot and returns at once, or, while
+        ``in_flight`` averages are still running, averages with nobody this step;
+        ``horovod_prague.common.overlap`` says how and when each average is applied. Returns
         the group asked for, or None when this step asked for none.
         """
         began = time.perf_counter()
@@ -183,11 +190,15 @@ class Binding(abc.ABC):
                 return group
             rt = self.runtime()
             averager.make_room(group, rt.rank)
-            counts["averaged"] += 1
             pending = self.start_average(
-                values, self._occurrence(group, values), rt.process_set(group), len(group)
+                values,
+                self._occurrence(group, values),
+                rt.process_set(group),
+                len(group),
+                averager.overlap(),
             )
             averager.start(pending, group)
+            counts["averaged"] += 1
             return group
         finally:
             counts["waited"] += averager.waits - waits

@@ -21,12 +21,15 @@ running: the steps the oldest may run before the rank waits for it. Two averages
 never share a member besides the rank itself: a second average of the same ranks, started
 from a snapshot that lacks the first one's correction, would correct their difference
 twice, an unstable delayed feedback, so the rank first waits for the one it overlaps
-(``make_room``).
+(``make_room``). Averages of different members can still feed back along a cycle of ranks (a
+fixed schedule alternating two pair divisions does), so an average that any member started
+while another of its own was in flight is applied damped, by ``1 / in_flight``, on every
+member alike (``Overlap``).
 
     >>> class Done:  # a framework's PendingAverage whose collective already completed
     ...     applied = 0
     ...     def ready(self): return True
-    ...     def apply(self): Done.applied += 1
+    ...     def apply(self, integers=True): Done.applied += 1
     >>> averager = OverlappedAverager(staleness=2, timeout=1.0)
     >>> averager.may_start()
     True
@@ -57,8 +60,42 @@ class PendingAverage(abc.ABC):
         """Whether the collective has completed (never blocks)."""
 
     @abc.abstractmethod
-    def apply(self) -> None:
-        """Add ``average - snapshot`` to the model; only once ``ready()``."""
+    def apply(self, integers: bool = True) -> None:
+        """Add ``average - snapshot`` to the model's floating-point tensors; only once
+        ``ready()``. Integer tensors (counters) take the group's floor mean, unless
+        ``integers`` is False: a newer average of this rank's has already set them, and
+        floating-point corrections add up in any order, but a counter would go back."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Overlap:
+    """What the members of an overlapped average agree on, when several may be in flight.
+
+    A rank that starts an average while another of its own is in flight sends it from a
+    snapshot that lacks that one's correction. Along a cycle of ranks such corrections feed
+    back: alternating pair divisions {0,1}{2,3} and {0,2}{1,3}, each average applied two
+    steps after its snapshot, leave the disagreement (1, -1, -1, 1) oscillating for ever.
+    So every member sends ``flag`` in the average's own collective, and if the group's mean
+    flag is above 0, every member scales its correction by ``damping`` (``1 / in_flight``):
+    the same factor on every member keeps the group's mean, and the damped feedback decays.
+    An average no member overlapped is applied whole, as with one in flight.
+
+        >>> Overlap(started_during_another=False, damping=0.5).scale(0.0)
+        1.0
+        >>> Overlap(started_during_another=False, damping=0.5).scale(0.5)
+        0.5
+    """
+
+    started_during_another: bool
+    damping: float
+
+    @property
+    def flag(self) -> float:
+        return 1.0 if self.started_during_another else 0.0
+
+    def scale(self, mean_flag: float) -> float:
+        """The factor on this rank's correction, from the group's mean of ``flag``."""
+        return self.damping if mean_flag > 0 else 1.0
 
 
 class GroupWaitTimeout(TimeoutError):
@@ -113,6 +150,8 @@ class _InFlight:
     pending: PendingAverage
     started: int
     """The step that started it (``OverlappedAverager`` counts its steps)."""
+    serial: int
+    """How many averages this rank started before it."""
 
 
 class OverlappedAverager:
@@ -143,6 +182,9 @@ class OverlappedAverager:
         """Called with the group when waiting for its average takes long (``awaiting``)."""
         self._flights: list[_InFlight] = []
         self._step = 0
+        self._started = 0
+        self._newest_applied = -1
+        """The serial of the newest average applied: an older one leaves integer tensors alone."""
         self.applied = 0
         self.waits = 0
         self.waited_s = 0.0
@@ -175,11 +217,19 @@ class OverlappedAverager:
         for flight in [f for f in self._flights if others.intersection(f.group)]:
             self._wait_for(flight)
 
+    def overlap(self) -> Overlap | None:
+        """What the average about to start sends for its members to agree on its damping:
+        None with one average in flight at most (nothing to agree on)."""
+        if self.max_in_flight == 1:
+            return None
+        return Overlap(bool(self._flights), 1.0 / self.max_in_flight)
+
     def start(self, pending: PendingAverage, group: Group) -> None:
         """Track the average just started; ``make_room`` must have made room for it."""
         if len(self._flights) >= self.max_in_flight:
             raise RuntimeError(f"{len(self._flights)} overlapped group averages already in flight")
-        self._flights.append(_InFlight(group, pending, self._step))
+        self._flights.append(_InFlight(group, pending, self._step, self._started))
+        self._started += 1
 
     def collect(self) -> None:
         """Apply the averages in flight that have completed, without waiting."""
@@ -208,7 +258,8 @@ class OverlappedAverager:
 
     def _finish(self, flight: _InFlight) -> None:
         self._flights.remove(flight)
-        flight.pending.apply()
+        flight.pending.apply(integers=flight.serial > self._newest_applied)
+        self._newest_applied = max(self._newest_applied, flight.serial)
         self.applied += 1
 
 

@@ -19,7 +19,13 @@ import tensorflow as tf
 
 from ..common.binding import Binding, distinct
 from ..common.import_hook import originals
-from ..common.overlap import BackgroundCall, PendingAverage, call_with_deadline, late_collective
+from ..common.overlap import (
+    BackgroundCall,
+    Overlap,
+    PendingAverage,
+    call_with_deadline,
+    late_collective,
+)
 
 _hvd = originals(horovod.tensorflow)
 
@@ -66,9 +72,16 @@ class TensorflowBinding(Binding):
                 v.assign(a)
 
     def start_average(
-        self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
+        self,
+        variables: Sequence[tf.Variable],
+        name: str,
+        process_set: Any,
+        size: int,
+        overlap: Overlap | None = None,
     ) -> PendingAverage:
-        return TensorflowPendingAverage(variables, name, process_set, size, self.average_weight())
+        return TensorflowPendingAverage(
+            variables, name, process_set, size, self.average_weight(), overlap
+        )
 
     def add_tape_sources(self, variables: Sequence[tf.Variable]) -> None:
         """Track ``variables``, a tape's sources, before any step that averages them runs,
@@ -140,16 +153,25 @@ class _DtypePart:
     Floating-point values are averaged, each weighted by ``weight`` when it is given (sent as
     ``weight * value`` with the weight itself, so the group's mean of both gives the weighted
     average); integer and bool ones summed in int64 (small types overflow and Horovod cannot
-    sum bool), and each variable takes its group's floor mean.
+    sum bool), and each variable takes its group's floor mean. A floating-point part of an
+    overlapped average also sends ``flag`` (``Overlap.flag``), last; ``reduce``'s result
+    then ends with the group's mean of it.
     """
 
-    def __init__(self, variables: list[tf.Variable], tag: str, weight: float | None) -> None:
+    def __init__(
+        self,
+        variables: list[tf.Variable],
+        tag: str,
+        weight: float | None,
+        flag: float | None = None,
+    ) -> None:
         self.variables = variables
         self.tag = tag
         dtype = variables[0].dtype
         self.dtype = dtype
         self.floating = dtype.is_floating or dtype.is_complex
         self.weight = weight if self.floating else None
+        self.flag = flag if self.floating else None
         # Read now: the variables' later in-place updates copy their buffers, not these.
         self.values = [tf.identity(v) if self.floating else tf.cast(v, tf.int64) for v in variables]
 
@@ -161,6 +183,8 @@ class _DtypePart:
             wide = tf.float32 if self.dtype in (tf.float16, tf.bfloat16) else self.dtype
             w = tf.constant(self.weight, wide)
             sent = [*(w * tf.cast(v, wide) for v in sent), tf.fill([1], w)]
+        if self.flag is not None:
+            sent = [*sent, tf.fill([1], tf.constant(self.flag, sent[-1].dtype))]
         return _hvd.grouped_allreduce(sent, op=op, name=self.tag, process_set=process_set)
 
     def averages(self, reduced: list[tf.Tensor], size: int) -> list[tf.Tensor]:
@@ -170,12 +194,12 @@ class _DtypePart:
 
 
 def _by_dtype(
-    variables: Sequence[tf.Variable], name: str, weight: float | None
+    variables: Sequence[tf.Variable], name: str, weight: float | None, flag: float | None = None
 ) -> list[_DtypePart]:
     same: dict[tf.DType, list[tf.Variable]] = {}
     for v in variables:
         same.setdefault(v.dtype, []).append(v)
-    return [_DtypePart(vs, f"{name}.{dtype.name}", weight) for dtype, vs in same.items()]
+    return [_DtypePart(vs, f"{name}.{dtype.name}", weight, flag) for dtype, vs in same.items()]
 
 
 class TensorflowPendingAverage(PendingAverage):
@@ -183,7 +207,8 @@ class TensorflowPendingAverage(PendingAverage):
 
     Horovod's eager TensorFlow collectives block, so a daemon thread runs them while the rank
     trains on. The same collectives as ``TensorflowBinding.average``; ``apply`` adds
-    ``average - snapshot`` to floating-point variables and sets integer ones to the floor mean.
+    ``average - snapshot`` to floating-point variables (scaled by ``overlap.scale`` of the
+    group's mean flag, with ``overlap``) and sets integer ones to the floor mean.
     """
 
     def __init__(
@@ -193,22 +218,28 @@ class TensorflowPendingAverage(PendingAverage):
         process_set: Any,
         size: int,
         weight: float | None,
+        overlap: Overlap | None = None,
     ) -> None:
         self.size = size
-        self.parts = _by_dtype(variables, name, weight)
+        self.overlap = overlap
+        self.parts = _by_dtype(variables, name, weight, None if overlap is None else overlap.flag)
         self.call = BackgroundCall(lambda: [part.reduce(process_set) for part in self.parts])
 
     def ready(self) -> bool:
         return self.call.done()
 
-    def apply(self) -> None:
+    def apply(self, integers: bool = True) -> None:
         reduced = self.call.result(0.0, lambda: "apply() before the average completed")
         for part, results in zip(self.parts, reduced, strict=True):
+            scale = 1.0
+            if part.flag is not None and self.overlap is not None:
+                scale = self.overlap.scale(float(tf.math.real(results[-1][0])))
+                results = results[:-1]
             averages = part.averages(results, self.size)
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
                 if part.floating:
-                    v.assign_add(a - snapshot)
-                else:
+                    v.assign_add(tf.cast(scale, v.dtype) * (a - snapshot))
+                elif integers:
                     v.assign(a)
 
 

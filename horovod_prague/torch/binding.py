@@ -10,7 +10,7 @@ import torch
 
 from ..common.binding import Binding
 from ..common.import_hook import originals
-from ..common.overlap import PendingAverage, late_collective, wait_until
+from ..common.overlap import Overlap, PendingAverage, late_collective, wait_until
 
 _hvd = originals(horovod.torch)
 
@@ -70,9 +70,14 @@ class TorchBinding(Binding):
 
     @torch.no_grad()
     def start_average(
-        self, tensors: Sequence[torch.Tensor], name: str, process_set: Any, size: int
+        self,
+        tensors: Sequence[torch.Tensor],
+        name: str,
+        process_set: Any,
+        size: int,
+        overlap: Overlap | None = None,
     ) -> PendingAverage:
-        return TorchPendingAverage(tensors, name, process_set, size, self.average_weight())
+        return TorchPendingAverage(tensors, name, process_set, size, self.average_weight(), overlap)
 
 
 class TorchPendingAverage(PendingAverage):
@@ -81,10 +86,12 @@ class TorchPendingAverage(PendingAverage):
     The same collectives as ``TorchBinding.average``: one per dtype, floating-point tensors
     averaged, integer ones summed. Two copies of each tensor: the snapshot, to measure what
     the average changed, and the average Horovod returns (a third, weighted, is sent under
-    ``weighting=progress``). Integer tensors (counters) simply
-    take the group's floor mean. ``average`` stays separate: a blocking average must set the
-    tensor to the collective's result exactly (``t + (avg - t)`` may differ from ``avg`` in
-    the last bit), or ranks would not be bit-identical after a global average.
+    ``weighting=progress``). With ``overlap``, each floating-point collective also carries
+    this rank's ``overlap.flag``, and the correction is scaled by ``overlap.scale`` of the
+    group's mean flag. Integer tensors (counters) simply take the group's floor mean.
+    ``average`` stays separate: a blocking average must set the tensor to the collective's
+    result exactly (``t + (avg - t)`` may differ from ``avg`` in the last bit), or ranks would
+    not be bit-identical after a global average.
     """
 
     def __init__(
@@ -94,9 +101,11 @@ class TorchPendingAverage(PendingAverage):
         process_set: Any,
         size: int,
         weight: float | None = None,
+        overlap: Overlap | None = None,
     ) -> None:
         self.size = size
         self.weight = weight
+        self.overlap = overlap
         self.targets = list(tensors)
         self.snapshots = [
             t.detach().clone() if _floating(t.dtype) else _wide(t.detach()) for t in self.targets
@@ -111,6 +120,8 @@ class TorchPendingAverage(PendingAverage):
             data = [self.snapshots[i] for i in indices]
             if floating and weight is not None:
                 data = _weighted(data, weight)
+            if floating and overlap is not None:
+                data = [*data, data[-1].new_full((1,), overlap.flag)]
             if floating:
                 handle = _hvd.grouped_allreduce_async(
                     data, op=_hvd.Average, name=tag, process_set=process_set
@@ -125,9 +136,13 @@ class TorchPendingAverage(PendingAverage):
         return all(_hvd.poll(handle) for _, _, handle in self.parts)
 
     @torch.no_grad()
-    def apply(self) -> None:
+    def apply(self, integers: bool = True) -> None:
         for indices, floating, handle in self.parts:
             results = _hvd.synchronize(handle)
+            scale = 1.0
+            if floating and self.overlap is not None:
+                scale = self.overlap.scale(results[-1][0].real.item())
+                results = results[:-1]
             if floating and self.weight is not None:
                 results = [
                     r.to(self.targets[i].dtype)
@@ -136,8 +151,8 @@ class TorchPendingAverage(PendingAverage):
             for i, result in zip(indices, results, strict=True):
                 target = self.targets[i].data
                 if floating:
-                    target.add_(result.sub_(self.snapshots[i]))
-                else:
+                    target.add_(result.sub_(self.snapshots[i]), alpha=scale)
+                elif integers:
                     target.copy_(torch.div(result, self.size, rounding_mode="floor"))
 
 

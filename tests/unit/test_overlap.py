@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -16,6 +17,7 @@ from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.group_generator import GroupGenerator, Owed
 from horovod_prague.common.overlap import (
     GroupWaitTimeout,
+    Overlap,
     OverlappedAverager,
     PendingAverage,
     call_with_deadline,
@@ -212,9 +214,9 @@ class FakePending(PendingAverage):
         self.polled += 1
         return self.polls is not None and self.polled > self.polls
 
-    def apply(self) -> None:
+    def apply(self, integers: bool = True) -> None:
         assert self.polls is not None and self.polled > self.polls, "applied before ready"
-        self.log.append(self.name)
+        self.log.append(self.name if integers else f"{self.name}, floats only")
 
 
 def test_a_new_average_may_start_when_none_is_in_flight():
@@ -315,6 +317,99 @@ def test_make_room_waits_only_for_averages_sharing_a_partner():
     assert log == ["with 1"] and averager.in_flight() == 0 and averager.waits == 1
 
 
+def test_an_average_older_than_one_applied_leaves_integer_tensors_alone():
+    """Floating-point corrections add up in any order; a counter must not go back."""
+    log: list = []
+    averager = OverlappedAverager(staleness=3, timeout=1.0, in_flight=3)
+    older = FakePending("older", log, polls=None)
+    averager.start(older, (0, 1))
+    middle = FakePending("middle", log, polls=None)
+    averager.start(middle, (0, 2))
+    averager.start(FakePending("newer", log), (0, 3))
+    averager.collect()
+    older.polls, middle.polls = older.polled, middle.polled
+    averager.drain()
+    assert log == ["newer", "older, floats only", "middle, floats only"]
+
+
+def test_overlap_flags_an_average_started_while_another_is_in_flight():
+    assert OverlappedAverager(staleness=1, timeout=1.0).overlap() is None  # one at most
+    averager = OverlappedAverager(staleness=1, timeout=1.0, in_flight=3)
+    assert averager.overlap() == Overlap(started_during_another=False, damping=1 / 3)
+    averager.start(FakePending("a", [], polls=None), (0, 1))
+    assert averager.overlap() == Overlap(started_during_another=True, damping=1 / 3)
+    assert (averager.overlap().flag, averager.overlap().scale(0.25)) == (1.0, 1 / 3)
+
+
+class Clock:
+    now = 0
+
+
+class ScalarAverage:
+    """A scalar group average on a shared clock: complete ``delay`` steps after its members
+    all joined. Each member's correction is scaled as the members agree (``Overlap``)."""
+
+    def __init__(self, group: tuple, values: list[float], clock: Clock, delay: int) -> None:
+        self.group, self.values, self.clock, self.delay = group, values, clock, delay
+        self.joined: dict[int, tuple[float, float]] = {}  # rank: (snapshot, flag)
+
+    def join(self, rank: int, overlap: Overlap | None) -> PendingAverage:
+        self.joined[rank] = (self.values[rank], 0.0 if overlap is None else overlap.flag)
+        if len(self.joined) == len(self.group):
+            self.done_at = self.clock.now + self.delay
+        average = self
+
+        class Member(PendingAverage):
+            def ready(self) -> bool:
+                return len(average.joined) == len(average.group) and (
+                    average.clock.now >= average.done_at
+                )
+
+            def apply(self, integers: bool = True) -> None:
+                snapshots, flags = zip(*average.joined.values(), strict=True)
+                mean, mean_flag = sum(snapshots) / len(snapshots), sum(flags) / len(flags)
+                scale = 1.0 if overlap is None else overlap.scale(mean_flag)
+                average.values[rank] += scale * (mean - average.joined[rank][0])
+
+        return Member()
+
+
+def _disagreement_after(steps: int, in_flight: int, damped: bool) -> tuple[float, float]:
+    """Four ranks in lock step cycle through ``in_flight`` pair divisions ({0,1}{2,3},
+    {0,2}{1,3}, then {0,3}{1,2}), so a partner comes back just as its last average completes,
+    ``in_flight`` steps after its snapshot. (max |x - mean|, mean) after."""
+    values = [1.0, -1.0, -1.0, 1.0]
+    clock = Clock()
+    averagers = [OverlappedAverager(staleness=1, timeout=1.0, in_flight=in_flight) for _ in values]
+    divisions = [((0, 1), (2, 3)), ((0, 2), (1, 3)), ((0, 3), (1, 2))][:in_flight]
+    for step in range(steps):
+        clock.now = step
+        division = divisions[step % in_flight]
+        averages = {g: ScalarAverage(g, values, clock, in_flight) for g in division}
+        for rank, averager in enumerate(averagers):
+            assert averager.may_start()
+            group = next(g for g in averages if rank in g)
+            averager.make_room(group, rank)
+            overlap = averager.overlap()
+            if not damped:
+                overlap = dataclasses.replace(overlap, damping=1.0)
+            averager.start(averages[group].join(rank, overlap), group)
+    mean = sum(values) / len(values)
+    return max(abs(x - mean) for x in values), mean
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_averages_overlapping_along_a_cycle_of_ranks_converge_when_damped(k):
+    spread, mean = _disagreement_after(80, in_flight=k, damped=True)
+    assert spread < 1e-4 and abs(mean) < 1e-12
+
+
+def test_undamped_overlapping_averages_along_a_cycle_of_ranks_never_converge():
+    """Why ``Overlap`` damps: the same schedule applied whole keeps the disagreement."""
+    spread, mean = _disagreement_after(80, in_flight=2, damped=False)
+    assert spread > 0.5 and abs(mean) < 1e-12
+
+
 @pytest.mark.parametrize("how", ["drain", "staleness"])
 def test_an_average_that_never_completes_times_out_naming_its_group(how):
     averager = OverlappedAverager(staleness=2, timeout=0.05)
@@ -387,7 +482,7 @@ class ReadyAt(PendingAverage):
     def ready(self) -> bool:
         return time.perf_counter() >= self.at
 
-    def apply(self) -> None:
+    def apply(self, integers: bool = True) -> None:
         pass
 
 

@@ -72,7 +72,7 @@ class Never(PendingAverage):
     def ready(self) -> bool:
         return False
 
-    def apply(self) -> None:
+    def apply(self, integers: bool = True) -> None:
         raise AssertionError("never ready")
 
 

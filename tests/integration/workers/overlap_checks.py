@@ -58,16 +58,20 @@ def test_an_overlapped_average_adds_the_group_mean_minus_the_snapshot():
 def test_every_average_adds_its_group_mean_minus_its_snapshot():
     """However many averages are in flight at once, and whenever each is applied, the tensor
     ends as its own updates plus, for every average, the group's mean of the members'
-    snapshots (weighted by their step counts) minus this rank's snapshot."""
+    snapshots (weighted by their step counts) minus this rank's snapshot; scaled by
+    1 / in_flight when any member started that average while another of its own ran."""
     binding = hvd._binding
-    snapshots: list[tuple[torch.Tensor, float]] = []
+    snapshots: list[tuple[torch.Tensor, float, bool]] = []
     running: list[int] = []  # averages already in flight when each one started
     start_average = binding.start_average
 
-    def recording(values, name, process_set, size):
-        snapshots.append((values[0].detach().clone(), binding.average_weight() or 1.0))
+    def recording(values, name, process_set, size, overlap=None):
+        overlapping = overlap is not None and overlap.started_during_another
+        weight = binding.average_weight() or 1.0
+        snapshots.append((values[0].detach().clone(), weight, overlapping))
         running.append(binding._averager.in_flight())
-        return start_average(values, name, process_set, size)
+        assert overlapping == (running[-1] > 0)
+        return start_average(values, name, process_set, size, overlap)
 
     binding.start_average = recording
     t = torch.randn(1000, generator=torch.Generator().manual_seed(11 + hvd.rank()))
@@ -89,11 +93,16 @@ def test_every_average_adds_its_group_mean_minus_its_snapshot():
     for i, group in enumerate(groups):
         occurrences.append((group, groups[:i].count(group)))
     everyone = _gathered_objects(dict(zip(occurrences, snapshots, strict=True)))
-    for occurrence, (own, _) in zip(occurrences, snapshots, strict=True):
+    damped = 0
+    for occurrence, (own, _, _) in zip(occurrences, snapshots, strict=True):
         members = [everyone[m][occurrence] for m in occurrence[0]]
-        mean = sum(w * x for x, w in members) / sum(w for _, w in members)
-        expected.add_(mean - own)
+        mean = sum(w * x for x, w, _ in members) / sum(w for _, w, _ in members)
+        scale = 1 / hvd.config().in_flight if any(o for _, _, o in members) else 1.0
+        damped += scale < 1
+        expected.add_(scale * (mean - own))
     torch.testing.assert_close(t, expected)
+    if hvd.config().in_flight > 1:
+        assert damped > 0, "some average was started while another ran"
 
 
 def _gathered_objects(obj):
