@@ -67,9 +67,19 @@ class Binding(abc.ABC):
         """The tensors (or variables) to average, from a model or an iterable of tensors."""
 
     @abc.abstractmethod
-    def average(self, tensors: Sequence[Any], name: str, process_set: Any, size: int) -> None:
+    def average(
+        self,
+        tensors: Sequence[Any],
+        name: str,
+        process_set: Any,
+        size: int,
+        overlap: Overlap | None = None,
+    ) -> None:
         """Average ``tensors`` in place over ``process_set`` in one fused Horovod collective,
-        each member weighted by its ``average_weight()`` unless that is None."""
+        each member weighted by its ``average_weight()`` unless that is None. With
+        ``overlap``, its flag travels in the collective as in ``start_average`` (a group may
+        be averaged blocking by one member and overlapped by another: both must send the
+        same tensors), and the tensors move ``overlap.scale`` of the way to the average."""
 
     def start_average(
         self,
@@ -144,7 +154,17 @@ class Binding(abc.ABC):
             return
         rt = self.runtime()
         with awaiting(group, self._report_waiting):
-            self.average(values, self._occurrence(group, values), rt.process_set(group), len(group))
+            self.average(
+                values,
+                self._occurrence(group, values),
+                rt.process_set(group),
+                len(group),
+                self._overlap(),
+            )
+
+    def _overlap(self) -> Overlap | None:
+        """What an average started now sends for its members to agree on its damping."""
+        return None if self._averager is None else self._averager.overlap()
 
     def _note_exchange(self, values: list[Any]) -> None:
         """Remember what a Prague step averaged: the guard brings it to consensus."""
@@ -195,7 +215,7 @@ class Binding(abc.ABC):
                 self._occurrence(group, values),
                 rt.process_set(group),
                 len(group),
-                averager.overlap(),
+                self._overlap(),
             )
             averager.start(pending, group)
             counts["averaged"] += 1
@@ -331,6 +351,7 @@ class Binding(abc.ABC):
                     f"prague.final.{rt.finals}",
                     self.hvd.global_process_set,
                     rt.topology.size,
+                    self._overlap(),
                 )
             return True
         owed = rt.sync()

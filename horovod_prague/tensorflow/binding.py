@@ -58,18 +58,27 @@ class TensorflowBinding(Binding):
         return list(source)
 
     def average(
-        self, variables: Sequence[tf.Variable], name: str, process_set: Any, size: int
+        self,
+        variables: Sequence[tf.Variable],
+        name: str,
+        process_set: Any,
+        size: int,
+        overlap: Overlap | None = None,
     ) -> None:
         timeout = self.config().timeout
-        for part in _by_dtype(variables, name, self.average_weight()):
+        for part in _by_dtype(variables, name, self.average_weight(), overlap):
             # Horovod's eager TensorFlow collective blocks with no deadline: wait with one.
             reduced = call_with_deadline(
                 functools.partial(part.reduce, process_set),
                 timeout,
                 lambda tag=part.tag: late_collective(tag, timeout),
             )
-            for v, a in zip(part.variables, part.averages(reduced, size), strict=True):
-                v.assign(a)
+            averages, scale = part.received(reduced, size)
+            for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
+                if scale == 1.0:
+                    v.assign(a)  # exactly the group's result: consensus is bit-identical
+                else:
+                    v.assign_add(tf.cast(scale, v.dtype) * (a - snapshot))
 
     def start_average(
         self,
@@ -153,9 +162,8 @@ class _DtypePart:
     Floating-point values are averaged, each weighted by ``weight`` when it is given (sent as
     ``weight * value`` with the weight itself, so the group's mean of both gives the weighted
     average); integer and bool ones summed in int64 (small types overflow and Horovod cannot
-    sum bool), and each variable takes its group's floor mean. A floating-point part of an
-    overlapped average also sends ``flag`` (``Overlap.flag``), last; ``reduce``'s result
-    then ends with the group's mean of it.
+    sum bool), and each variable takes its group's floor mean. With ``overlap``, a
+    floating-point part also sends its flag, last (``Overlap``).
     """
 
     def __init__(
@@ -163,7 +171,7 @@ class _DtypePart:
         variables: list[tf.Variable],
         tag: str,
         weight: float | None,
-        flag: float | None = None,
+        overlap: Overlap | None = None,
     ) -> None:
         self.variables = variables
         self.tag = tag
@@ -171,7 +179,7 @@ class _DtypePart:
         self.dtype = dtype
         self.floating = dtype.is_floating or dtype.is_complex
         self.weight = weight if self.floating else None
-        self.flag = flag if self.floating else None
+        self.overlap = overlap if self.floating else None
         # Read now: the variables' later in-place updates copy their buffers, not these.
         self.values = [tf.identity(v) if self.floating else tf.cast(v, tf.int64) for v in variables]
 
@@ -183,23 +191,33 @@ class _DtypePart:
             wide = tf.float32 if self.dtype in (tf.float16, tf.bfloat16) else self.dtype
             w = tf.constant(self.weight, wide)
             sent = [*(w * tf.cast(v, wide) for v in sent), tf.fill([1], w)]
-        if self.flag is not None:
-            sent = [*sent, tf.fill([1], tf.constant(self.flag, sent[-1].dtype))]
+        if self.overlap is not None:
+            sent = [*sent, tf.fill([1], tf.constant(self.overlap.flag, sent[-1].dtype))]
         return _hvd.grouped_allreduce(sent, op=op, name=self.tag, process_set=process_set)
 
-    def averages(self, reduced: list[tf.Tensor], size: int) -> list[tf.Tensor]:
+    def received(self, reduced: list[tf.Tensor], size: int) -> tuple[list[tf.Tensor], float]:
+        """The averages in ``reduce``'s result, and the scale the members agreed on."""
+        scale = 1.0
+        if self.overlap is not None:
+            scale = self.overlap.scale(float(tf.math.real(reduced[-1][0])))
+            reduced = reduced[:-1]
         if self.weight is not None:
-            return [tf.cast(r / reduced[-1][0], self.dtype) for r in reduced[:-1]]
-        return reduced if self.floating else [tf.cast(s // size, self.dtype) for s in reduced]
+            return [tf.cast(r / reduced[-1][0], self.dtype) for r in reduced[:-1]], scale
+        if self.floating:
+            return list(reduced), scale
+        return [tf.cast(s // size, self.dtype) for s in reduced], scale
 
 
 def _by_dtype(
-    variables: Sequence[tf.Variable], name: str, weight: float | None, flag: float | None = None
+    variables: Sequence[tf.Variable],
+    name: str,
+    weight: float | None,
+    overlap: Overlap | None = None,
 ) -> list[_DtypePart]:
     same: dict[tf.DType, list[tf.Variable]] = {}
     for v in variables:
         same.setdefault(v.dtype, []).append(v)
-    return [_DtypePart(vs, f"{name}.{dtype.name}", weight, flag) for dtype, vs in same.items()]
+    return [_DtypePart(vs, f"{name}.{dtype.name}", weight, overlap) for dtype, vs in same.items()]
 
 
 class TensorflowPendingAverage(PendingAverage):
@@ -221,8 +239,7 @@ class TensorflowPendingAverage(PendingAverage):
         overlap: Overlap | None = None,
     ) -> None:
         self.size = size
-        self.overlap = overlap
-        self.parts = _by_dtype(variables, name, weight, None if overlap is None else overlap.flag)
+        self.parts = _by_dtype(variables, name, weight, overlap)
         self.call = BackgroundCall(lambda: [part.reduce(process_set) for part in self.parts])
 
     def ready(self) -> bool:
@@ -231,11 +248,7 @@ class TensorflowPendingAverage(PendingAverage):
     def apply(self, integers: bool = True) -> None:
         reduced = self.call.result(0.0, lambda: "apply() before the average completed")
         for part, results in zip(self.parts, reduced, strict=True):
-            scale = 1.0
-            if part.flag is not None and self.overlap is not None:
-                scale = self.overlap.scale(float(tf.math.real(results[-1][0])))
-                results = results[:-1]
-            averages = part.averages(results, self.size)
+            averages, scale = part.received(results, self.size)
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
                 if part.floating:
                     v.assign_add(tf.cast(scale, v.dtype) * (a - snapshot))

@@ -29,7 +29,12 @@ class TorchBinding(Binding):
 
     @torch.no_grad()
     def average(
-        self, tensors: Sequence[torch.Tensor], name: str, process_set: Any, size: int
+        self,
+        tensors: Sequence[torch.Tensor],
+        name: str,
+        process_set: Any,
+        size: int,
+        overlap: Overlap | None = None,
     ) -> None:
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for t in tensors:
@@ -49,7 +54,7 @@ class TorchBinding(Binding):
                 )
                 for t, s in zip(data, summed, strict=True):
                     t.copy_(torch.div(s, size, rounding_mode="floor"))
-            elif weight is None:
+            elif weight is None and overlap is None:
                 wait(
                     _hvd.grouped_allreduce_async_(
                         data, op=_hvd.Average, name=tag, process_set=process_set
@@ -58,15 +63,25 @@ class TorchBinding(Binding):
                     tag,
                 )
             else:
-                results = wait(
-                    _hvd.grouped_allreduce_async(
-                        _weighted(data, weight), op=_hvd.Average, name=tag, process_set=process_set
+                results, scale = _received(
+                    wait(
+                        _hvd.grouped_allreduce_async(
+                            _sent(data, weight, overlap),
+                            op=_hvd.Average,
+                            name=tag,
+                            process_set=process_set,
+                        ),
+                        timeout,
+                        tag,
                     ),
-                    timeout,
-                    tag,
+                    weight,
+                    overlap,
                 )
-                for t, r in zip(data, _unweighted(results), strict=True):
-                    t.copy_(r)
+                for t, r in zip(data, results, strict=True):
+                    if scale == 1.0:
+                        t.copy_(r)  # exactly the group's result: consensus is bit-identical
+                    else:
+                        t.add_(r.sub_(t), alpha=scale)
 
     @torch.no_grad()
     def start_average(
@@ -118,13 +133,9 @@ class TorchPendingAverage(PendingAverage):
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             floating = _floating(dtype)
             data = [self.snapshots[i] for i in indices]
-            if floating and weight is not None:
-                data = _weighted(data, weight)
-            if floating and overlap is not None:
-                data = [*data, data[-1].new_full((1,), overlap.flag)]
             if floating:
                 handle = _hvd.grouped_allreduce_async(
-                    data, op=_hvd.Average, name=tag, process_set=process_set
+                    _sent(data, weight, overlap), op=_hvd.Average, name=tag, process_set=process_set
                 )
             else:
                 handle = _hvd.grouped_allreduce_async(
@@ -138,20 +149,13 @@ class TorchPendingAverage(PendingAverage):
     @torch.no_grad()
     def apply(self, integers: bool = True) -> None:
         for indices, floating, handle in self.parts:
-            results = _hvd.synchronize(handle)
-            scale = 1.0
-            if floating and self.overlap is not None:
-                scale = self.overlap.scale(results[-1][0].real.item())
-                results = results[:-1]
-            if floating and self.weight is not None:
-                results = [
-                    r.to(self.targets[i].dtype)
-                    for i, r in zip(indices, _unweighted(results), strict=True)
-                ]
+            results, scale = _hvd.synchronize(handle), 1.0
+            if floating:
+                results, scale = _received(results, self.weight, self.overlap)
             for i, result in zip(indices, results, strict=True):
                 target = self.targets[i].data
                 if floating:
-                    target.add_(result.sub_(self.snapshots[i]), alpha=scale)
+                    target.add_(result.to(target.dtype).sub_(self.snapshots[i]), alpha=scale)
                 elif integers:
                     target.copy_(torch.div(result, self.size, rounding_mode="floor"))
 
@@ -168,6 +172,30 @@ def _weighted(data: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]
 def _unweighted(results: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """The weighted averages from the group's means of ``_weighted``'s tensors (in place)."""
     return [r.div_(results[-1]) for r in results[:-1]]
+
+
+def _sent(
+    data: Sequence[torch.Tensor], weight: float | None, overlap: Overlap | None
+) -> list[torch.Tensor]:
+    """What an average of floating-point ``data`` sends: weighted (``_weighted``) unless
+    ``weight`` is None, then ``overlap``'s flag, if any. The same for blocking and overlapped
+    averages, so that members running a group either way meet in one collective."""
+    sent = list(data) if weight is None else _weighted(data, weight)
+    if overlap is not None:
+        sent.append(sent[-1].new_full((1,), overlap.flag))
+    return sent
+
+
+def _received(
+    results: Sequence[torch.Tensor], weight: float | None, overlap: Overlap | None
+) -> tuple[list[torch.Tensor], float]:
+    """The averages in the group's means of ``_sent``'s tensors, and the scale the members
+    agreed on (1 without ``overlap``)."""
+    scale = 1.0
+    if overlap is not None:
+        scale = overlap.scale(results[-1][0].real.item())
+        results = results[:-1]
+    return (list(results) if weight is None else _unweighted(results)), scale
 
 
 def _floating(dtype: torch.dtype) -> bool:
