@@ -63,20 +63,8 @@ class TorchBinding(Binding):
                     tag,
                 )
             else:
-                results, scale = _received(
-                    wait(
-                        _hvd.grouped_allreduce_async(
-                            _sent(data, weight, overlap),
-                            op=_hvd.Average,
-                            name=tag,
-                            process_set=process_set,
-                        ),
-                        timeout,
-                        tag,
-                    ),
-                    weight,
-                    overlap,
-                )
+                handle = _average_async(_sent(data, weight, overlap), weight, tag, process_set)
+                results, scale = _received(wait(handle, timeout, tag), weight, overlap)
                 for t, r in zip(data, results, strict=True):
                     if scale == 1.0:
                         t.copy_(r)  # exactly the group's result: consensus is bit-identical
@@ -100,13 +88,13 @@ class TorchPendingAverage(PendingAverage):
 
     The same collectives as ``TorchBinding.average``: one per dtype, floating-point tensors
     averaged, integer ones summed. Two copies of each tensor: the snapshot, to measure what
-    the average changed, and the average Horovod returns (a third, weighted, is sent under
-    ``weighting=progress``). With ``overlap``, each floating-point collective also carries
-    this rank's ``overlap.flag``, and the correction is scaled by ``overlap.scale`` of the
-    group's mean flag. Integer tensors (counters) simply take the group's floor mean.
-    ``average`` stays separate: a blocking average must set the tensor to the collective's
-    result exactly (``t + (avg - t)`` may differ from ``avg`` in the last bit), or ranks would
-    not be bit-identical after a global average.
+    the average changed, and the average (under ``weighting=progress``, the weighted copy
+    sent, averaged in place; otherwise the output Horovod returns). With ``overlap``, each
+    floating-point collective also carries this rank's ``overlap.flag``, and the correction
+    is scaled by ``overlap.scale`` of the group's mean flag. Integer tensors (counters) simply
+    take the group's floor mean. ``average`` stays separate: a blocking average must set the
+    tensor to the collective's result exactly (``t + (avg - t)`` may differ from ``avg`` in
+    the last bit), or ranks would not be bit-identical after a global average.
     """
 
     def __init__(
@@ -134,9 +122,7 @@ class TorchPendingAverage(PendingAverage):
             floating = _floating(dtype)
             data = [self.snapshots[i] for i in indices]
             if floating:
-                handle = _hvd.grouped_allreduce_async(
-                    _sent(data, weight, overlap), op=_hvd.Average, name=tag, process_set=process_set
-                )
+                handle = _average_async(_sent(data, weight, overlap), weight, tag, process_set)
             else:
                 handle = _hvd.grouped_allreduce_async(
                     data, op=_hvd.Sum, name=tag, process_set=process_set
@@ -184,6 +170,15 @@ def _sent(
     if overlap is not None:
         sent.append(sent[-1].new_full((1,), overlap.flag))
     return sent
+
+
+def _average_async(
+    sent: list[torch.Tensor], weight: float | None, name: str, process_set: Any
+) -> int:
+    """Start Horovod's average of ``_sent``'s tensors. Weighted, they are copies of ours, so
+    Horovod averages them in place: one copy of the model less than a separate output."""
+    start = _hvd.grouped_allreduce_async if weight is None else _hvd.grouped_allreduce_async_
+    return start(sent, op=_hvd.Average, name=name, process_set=process_set)
 
 
 def _received(
