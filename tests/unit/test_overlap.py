@@ -434,9 +434,15 @@ def test_the_averager_needs_staleness_of_at_least_one(bad):
         PragueConfig(in_flight=bad)
 
 
-def test_staleness_default_is_auto_two_on_small_jobs_one_on_larger():
-    assert PragueConfig().staleness == "auto"
-    assert [PragueConfig().staleness_for(n) for n in (2, 4, 5, 8, 64)] == [2, 2, 1, 1, 1]
+def test_the_default_runs_two_averages_in_flight_at_staleness_one_at_every_size():
+    assert PragueConfig().staleness == "auto" and PragueConfig().in_flight == 2
+    assert [PragueConfig().staleness_for(n) for n in (2, 4, 5, 8, 64)] == [1, 1, 1, 1, 1]
+
+
+def test_auto_staleness_with_one_in_flight_is_two_on_small_jobs_one_on_larger():
+    one = PragueConfig(in_flight=1)
+    assert [one.staleness_for(n) for n in (2, 4, 5, 8, 64)] == [2, 2, 1, 1, 1]
+    assert PragueConfig(in_flight=3).staleness_for(4) == 1
 
 
 @pytest.mark.parametrize("bad", ["1.5", "two", True, ""])
