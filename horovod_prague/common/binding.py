@@ -161,6 +161,8 @@ class Binding(abc.ABC):
                 len(group),
                 self._overlap(),
             )
+        if self._averager is not None:
+            self._averager.supersede()
 
     def _overlap(self) -> Overlap | None:
         """What an average started now sends for its members to agree on its damping."""
@@ -326,7 +328,7 @@ class Binding(abc.ABC):
 
     @_naming_the_stopped_rank
     def drain(self) -> None:
-        """Wait for this rank's group average in flight, if any, and apply it."""
+        """Wait for this rank's group averages in flight, if any, and apply them."""
         if self._averager is not None:
             self._averager.drain()
 

@@ -8,23 +8,23 @@ since the snapshot, as if the average had been taken at the snapshot and the lat
 replayed on top. With equal weights the corrections sum to zero over a group, so the mean
 of the models is kept.
 
-By default one average is in flight at a time: while it is, the rank's steps average with
-nobody. An average started at the end of step t is applied at the end of step t +
+With one average in flight at a time (``in_flight=1``), the rank's steps average with nobody
+while it runs. An average started at the end of step t is applied at the end of step t +
 ``staleness`` at the latest: the steps between that find it still running take no group, and
 the last one waits for it. ``staleness=1`` waits at the very next step, so every step
 averages and each average overlaps one step's compute; ``staleness=0`` is the paper's
 blocking P-Reduce.
 
-With ``in_flight=k`` up to k averages run at once, so a step whose last average is still
-running starts the next instead of stepping alone; ``staleness`` then counts once k are
-running: the steps the oldest may run before the rank waits for it. Two averages in flight
-never share a member besides the rank itself: a second average of the same ranks, started
-from a snapshot that lacks the first one's correction, would correct their difference
-twice, an unstable delayed feedback, so the rank first waits for the one it overlaps
-(``make_room``). Averages of different members can still feed back along a cycle of ranks (a
-fixed schedule alternating two pair divisions does), so an average that any member started
-while another of its own was in flight is applied damped, by ``1 / in_flight``, on every
-member alike (``Overlap``).
+With ``in_flight=k`` (2 by default) up to k averages run at once, so a step whose last
+average is still running starts the next instead of stepping alone; ``staleness`` then counts
+once k are running: the steps the oldest may run before the rank waits for it. Two averages
+in flight never share a member besides the rank itself: a second average of the same ranks,
+started from a snapshot that lacks the first one's correction, would correct their
+difference twice, an unstable delayed feedback, so the rank first waits for the one it
+overlaps (``make_room``). Averages of different members can still feed back along a cycle
+of ranks (a fixed schedule alternating two pair divisions does), so an average that any
+member started while another of its own was in flight is applied damped, by
+``1 / in_flight``, on every member alike (``Overlap``).
 
     >>> class Done:  # a framework's PendingAverage whose collective already completed
     ...     applied = 0
@@ -223,6 +223,12 @@ class OverlappedAverager:
         if self.max_in_flight == 1:
             return None
         return Overlap(bool(self._flights), 1.0 / self.max_in_flight)
+
+    def supersede(self) -> None:
+        """Note that a blocking average has just set this rank's tensors: the averages in
+        flight, older than it, leave integer tensors alone when they are applied."""
+        self._newest_applied = self._started
+        self._started += 1
 
     def start(self, pending: PendingAverage, group: Group) -> None:
         """Track the average just started; ``make_room`` must have made room for it."""
