@@ -48,7 +48,7 @@ def test_without_overlap_nothing_extra_is_sent():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.complex64])
 def test_the_flag_travels_in_every_floating_dtype(dtype):
-    (sent,) = [_sent([torch.ones(2, dtype=dtype)], None, Overlap(True, 0.5))]
+    sent = _sent([torch.ones(2, dtype=dtype)], None, Overlap(True, 0.5))
     assert sent[-1].dtype == dtype and sent[-1].shape == (1,)
     _, scale = _received(sent, None, Overlap(True, 0.5))
     assert scale == 0.5
