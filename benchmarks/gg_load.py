@@ -6,7 +6,8 @@
 (``PYTHONPATH=.`` measures the checkout, not the copy installed in ``.venv``.)
 
 A server process runs a GroupGeneratorServer while its main thread "trains" (numpy matmuls by
-default, standing in for rank 0's training step; ``--train python`` holds the GIL instead).
+default, standing in for rank 0's training step; ``--train torch`` runs SGD steps of a small
+PyTorch MLP on one thread, as rank 0 itself would; ``--train python`` holds the GIL throughout).
 This process drives it over loopback with one connection per simulated rank, all from one
 ``selectors`` loop, in two modes per strategy: *saturated*, every rank sends its next `next`
 as soon as the reply arrives; and *paced*, the ranks together send ``--rate`` requests per
@@ -156,6 +157,8 @@ def _training_step(train: str):
                 total += i * i
 
         return python_step
+    if train == "torch":
+        return _torch_step()
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -166,6 +169,26 @@ def _training_step(train: str):
         state["x"] = np.tanh(state["x"] @ weights)
 
     return numpy_step
+
+
+def _torch_step():
+    """One SGD step of a small MLP on one CPU thread: rank 0's own training, GIL and all."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs, labels = torch.randn(64, 256), torch.randint(0, 10, (64,))
+
+    def torch_step() -> None:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(inputs), labels).backward()
+        optimizer.step()
+
+    return torch_step
 
 
 class Rank:
@@ -328,7 +351,7 @@ def main() -> None:
     parser.add_argument(
         "--rate", default="10000", help="paced mode, requests/s; a comma-separated list"
     )
-    parser.add_argument("--train", default="numpy", choices=("numpy", "python", "none"))
+    parser.add_argument("--train", default="numpy", choices=("numpy", "torch", "python", "none"))
     parser.add_argument("--server", default="gg", choices=("gg", "echo"))
     parser.add_argument(
         "--switch-interval",

@@ -153,6 +153,11 @@ class Binding(abc.ABC):
         if len(group) < 2 or not values:
             return
         rt = self.runtime()
+        if self._averager is not None:
+            # An average in flight with any of these members would be corrected twice; on
+            # the same process set, Horovod's eager TensorFlow ops also refuse the second
+            # collective as a duplicate while the first runs.
+            self._averager.make_room(group, rt.rank)
         with awaiting(group, self._report_waiting):
             self.average(
                 values,

@@ -73,3 +73,19 @@ def test_optimizer_and_tape_steps_on_four_ranks(tmp_path):
     job = run_ranks("run_pytest.py", tmp_path, np=4, args=("tf_optimizer_checks.py",), timeout=300)
     assert job.returncode == 0, job.output[-8000:]
     assert "[0]<stdout>:" in job.output and " passed" in job.output
+
+
+@pytest.mark.parametrize("in_flight", ["1", "2"])
+def test_overlapped_averages_on_four_ranks(tmp_path, in_flight):
+    """Exact values of overlapped averages, damped where the members agree, and of a blocking
+    average among them (``workers/tf_overlap_checks.py``)."""
+    job = run_ranks(
+        "run_pytest.py",
+        tmp_path,
+        np=4,
+        args=("tf_overlap_checks.py",),
+        env={"HOROVOD_PRAGUE_IN_FLIGHT": in_flight},
+        timeout=300,
+    )
+    assert job.returncode == 0, job.output[-8000:]
+    assert "[0]<stdout>:" in job.output and " passed" in job.output

@@ -16,6 +16,7 @@ import time
 import horovod.torch as raw
 import pytest
 import torch
+from _averages import recording
 
 import horovod_prague.torch as hvd
 
@@ -110,6 +111,33 @@ def test_every_average_adds_its_group_mean_minus_its_snapshot():
     torch.testing.assert_close(t, expected)
     if hvd.config().in_flight > 1:
         assert damped > 0, "some average was started while another ran"
+
+
+def test_a_blocking_average_among_averages_in_flight_is_damped_like_them():
+    """``partial_allreduce`` while this rank's own averages are in flight: it first waits for
+    those sharing a member with its group, then sends its flag like an overlapped average
+    (set if others are still in flight), and the tensor ends as above, blocking average
+    included."""
+    t = torch.randn(1000, generator=torch.Generator().manual_seed(13 + hvd.rank()))
+    own_updates = torch.zeros_like(t)
+    start = t.clone()
+    asked = 0
+    with recording(hvd._binding, lambda v: v.detach().clone(), hvd.rank()) as averages:
+        while asked < 12:  # as many groups on every rank; the 7th is a blocking one on all
+            if asked == 6:
+                group = hvd.next_group()
+                hvd.partial_allreduce([t], group)
+            else:
+                group = hvd.exchange([t])
+            asked += group is not None
+            if group is not None and len(group) > 1:
+                averages.groups.append(tuple(group))
+            t.add_(0.5 * (hvd.rank() + 1))
+            own_updates.add_(0.5 * (hvd.rank() + 1))
+        hvd.drain()
+    assert sum(r.blocking for r in averages.records) == 1, "one blocking average on this rank"
+    corrections, _ = averages.corrections(_gathered_objects, hvd.config().in_flight)
+    torch.testing.assert_close(t, start + own_updates + corrections)
 
 
 def _gathered_objects(obj):
