@@ -144,6 +144,7 @@ class Binding(abc.ABC):
 
         Every member calls this for the group, with tensors of the same shapes, in the same
         order. They travel in one fused Horovod collective per dtype on the group's process set.
+        This rank's overlapped averages still in flight (from ``exchange``) are applied first.
         """
         values = self.tensors(tensors)
         self._note_exchange(values)
@@ -154,10 +155,10 @@ class Binding(abc.ABC):
             return
         rt = self.runtime()
         if self._averager is not None:
-            # An average in flight with any of these members would be corrected twice; on
-            # the same process set, Horovod's eager TensorFlow ops also refuse the second
-            # collective as a duplicate while the first runs.
-            self._averager.make_room(group, rt.rank)
+            # Averages in flight are applied first: one with any of these members would
+            # correct their difference twice, and on the same process set Horovod's eager
+            # TensorFlow ops refuse the second collective while the first runs.
+            self._averager.drain()
         with awaiting(group, self._report_waiting):
             self.average(
                 values,

@@ -6,13 +6,16 @@ import dataclasses
 import random
 import threading
 import time
+import types
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from simulate import Deadlock, assert_shared_groups_in_one_order, simulate_overlapped
 from test_strategies import FAST, jobs
 
+from horovod_prague.common.binding import Binding
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.group_generator import GroupGenerator, Owed
 from horovod_prague.common.overlap import (
@@ -217,6 +220,41 @@ class FakePending(PendingAverage):
     def apply(self, integers: bool = True) -> None:
         assert self.polls is not None and self.polled > self.polls, "applied before ready"
         self.log.append(self.name if integers else f"{self.name}, floats only")
+
+
+class BlockingBinding(Binding):
+    """A Binding whose blocking average only logs what it found in flight and its flag."""
+
+    can_overlap = True
+
+    def __init__(self, log: list, in_flight: int) -> None:
+        super().__init__(hvd=None)
+        self.log = log
+        self._runtime = types.SimpleNamespace(rank=0, name=lambda group: str(group))
+        self._runtime.process_set = lambda group: group
+        self._averager = OverlappedAverager(staleness=3, timeout=5.0, in_flight=in_flight)
+
+    def tensors(self, source):
+        return list(source)
+
+    def average(self, tensors, name, process_set, size, overlap=None):
+        flag = None if overlap is None else overlap.flag
+        self.log.append(("blocking", process_set, self._averager.in_flight(), flag))
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_partial_allreduce_applies_the_averages_in_flight_first(in_flight):
+    """Oldest first, before the blocking collective, which is then not flagged (on the
+    process set of one still running, TensorFlow's eager Horovod op refused the second
+    collective as a duplicate name; PyTorch corrected the members' difference twice)."""
+    log: list = []
+    binding = BlockingBinding(log, in_flight)
+    binding._averager.start(FakePending("a", log, polls=3), (0, 1))
+    if in_flight > 1:
+        binding._averager.start(FakePending("b", log, polls=0), (0, 2))
+    binding.partial_allreduce([np.zeros(3)], (0, 1))
+    applied = ["a", "b"][:in_flight]
+    assert log == [*applied, ("blocking", (0, 1), 0, None if in_flight == 1 else 0.0)]
 
 
 def test_a_new_average_may_start_when_none_is_in_flight():

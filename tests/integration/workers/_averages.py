@@ -51,24 +51,19 @@ class Averages:
 
 
 @contextlib.contextmanager
-def recording(binding: Any, copy: Callable[[Any], Any], rank: int) -> Iterator[Averages]:
+def recording(binding: Any, copy: Callable[[Any], Any]) -> Iterator[Averages]:
     """Record the first tensor of every average ``binding`` starts or runs blocking.
 
-    A blocking one must not share a member with an average still in flight, and must be
-    flagged exactly when some other average of this rank's is in flight."""
+    A blocking one must find nothing of this rank's in flight, so it is not flagged."""
     averages = Averages()
     start_average, average = binding.start_average, binding.average
 
     def recorder(run: Callable[..., Any], blocking: bool) -> Callable[..., Any]:
         def record(values, name, process_set, size, overlap=None):
             flagged = overlap is not None and overlap.started_during_another
-            averager = binding._averager
-            if blocking and averager is not None and averager.max_in_flight > 1:
-                assert flagged == (averager.in_flight() > 0)
-                members = set(process_set.ranks or range(size)) - {rank}
-                assert not any(members & set(f.group) for f in averager._flights), (
-                    "an average in flight shares a member with the blocking one"
-                )
+            if blocking and binding._averager is not None:
+                assert binding._averager.in_flight() == 0, "averages in flight were not applied"
+                assert not flagged
             weight = binding.average_weight() or 1.0
             averages.records.append(Record(copy(values[0]), weight, flagged, blocking))
             return run(values, name, process_set, size, overlap)

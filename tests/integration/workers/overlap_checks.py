@@ -113,16 +113,15 @@ def test_every_average_adds_its_group_mean_minus_its_snapshot():
         assert damped > 0, "some average was started while another ran"
 
 
-def test_a_blocking_average_among_averages_in_flight_is_damped_like_them():
-    """``partial_allreduce`` while this rank's own averages are in flight: it first waits for
-    those sharing a member with its group, then sends its flag like an overlapped average
-    (set if others are still in flight), and the tensor ends as above, blocking average
+def test_a_blocking_average_applies_the_averages_in_flight_first():
+    """``partial_allreduce`` while this rank's own averages are in flight applies them first
+    (``_averages.recording`` checks), and the tensor ends as above, blocking average
     included."""
     t = torch.randn(1000, generator=torch.Generator().manual_seed(13 + hvd.rank()))
     own_updates = torch.zeros_like(t)
     start = t.clone()
     asked = 0
-    with recording(hvd._binding, lambda v: v.detach().clone(), hvd.rank()) as averages:
+    with recording(hvd._binding, lambda v: v.detach().clone()) as averages:
         while asked < 12:  # as many groups on every rank; the 7th is a blocking one on all
             if asked == 6:
                 group = hvd.next_group()
