@@ -94,6 +94,21 @@ def run_ranks(
     return Job(proc.returncode, output, sorted(reports, key=lambda r: r.get("rank", 0)))
 
 
+def run_worker_tests(
+    tmp_path: Path,
+    tests: str,
+    np: int = 4,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> Job:
+    """Run the pytest file ``tests`` from ``workers/`` on every rank (``run_pytest.py``): the
+    job must pass, and rank 0 must have run its tests."""
+    job = run_ranks("run_pytest.py", tmp_path, np=np, args=(tests,), env=env, timeout=timeout)
+    assert job.returncode == 0, job.output[-8000:]
+    assert "[0]<stdout>:" in job.output and " passed" in job.output
+    return job
+
+
 def _kill_tree(pid: int) -> None:
     try:
         root = psutil.Process(pid)

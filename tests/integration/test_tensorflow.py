@@ -2,7 +2,7 @@
 ``--prague``: the drop-in for ``horovod.tensorflow`` and ``horovod.tensorflow.keras``."""
 
 import pytest
-from launch import REPO, run_ranks
+from launch import REPO, run_ranks, run_worker_tests
 from test_dropin import STATED_ACCURACY, _final_accuracy
 
 pytestmark = pytest.mark.multirank
@@ -70,22 +70,11 @@ def test_optimizer_and_tape_steps_on_four_ranks(tmp_path):
     """Local gradient accumulation (eager, traced and in Keras ``fit``), with the Prague step
     taken once per applied sum; a tape's step taken when an optimizer applies its gradients
     (``workers/tf_optimizer_checks.py``)."""
-    job = run_ranks("run_pytest.py", tmp_path, np=4, args=("tf_optimizer_checks.py",), timeout=300)
-    assert job.returncode == 0, job.output[-8000:]
-    assert "[0]<stdout>:" in job.output and " passed" in job.output
+    run_worker_tests(tmp_path, "tf_optimizer_checks.py")
 
 
 @pytest.mark.parametrize("in_flight", ["1", "2"])
 def test_overlapped_averages_on_four_ranks(tmp_path, in_flight):
     """Exact values of overlapped averages, damped where the members agree, and of a blocking
-    average among them (``workers/tf_overlap_checks.py``)."""
-    job = run_ranks(
-        "run_pytest.py",
-        tmp_path,
-        np=4,
-        args=("tf_overlap_checks.py",),
-        env={"HOROVOD_PRAGUE_IN_FLIGHT": in_flight},
-        timeout=300,
-    )
-    assert job.returncode == 0, job.output[-8000:]
-    assert "[0]<stdout>:" in job.output and " passed" in job.output
+    average run while some were in flight (``workers/tf_overlap_checks.py``)."""
+    run_worker_tests(tmp_path, "tf_overlap_checks.py", env={"HOROVOD_PRAGUE_IN_FLIGHT": in_flight})

@@ -1,7 +1,9 @@
-"""Record every group average a rank runs, and what the members' records say it must give.
+"""Step a rank through group averages, record each, and say what the members' records say
+it must give.
 
-Framework-neutral: ``copy`` turns a framework's tensor into a snapshot that supports ``+``,
-``*`` and ``/`` by floats (a torch tensor, a numpy array).
+Framework-neutral: ``hvd`` is ``horovod_prague.torch`` or ``horovod_prague.tensorflow``, and
+``copy`` turns a framework's tensor into a snapshot that supports ``+``, ``*`` and ``/`` by
+floats (a torch tensor, a numpy array).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ class Record:
     flagged: bool
     """This rank started the average while another of its own was in flight."""
     blocking: bool
+    in_flight: int
+    """This rank's averages in flight when it began."""
 
 
 @dataclass
@@ -54,18 +58,19 @@ class Averages:
 def recording(binding: Any, copy: Callable[[Any], Any]) -> Iterator[Averages]:
     """Record the first tensor of every average ``binding`` starts or runs blocking.
 
-    A blocking one must find nothing of this rank's in flight, so it is not flagged."""
+    Each must be flagged exactly when some other average of this rank's is in flight, and a
+    blocking one must find none (they are applied first)."""
     averages = Averages()
     start_average, average = binding.start_average, binding.average
 
     def recorder(run: Callable[..., Any], blocking: bool) -> Callable[..., Any]:
         def record(values, name, process_set, size, overlap=None):
             flagged = overlap is not None and overlap.started_during_another
-            if blocking and binding._averager is not None:
-                assert binding._averager.in_flight() == 0, "averages in flight were not applied"
-                assert not flagged
+            in_flight = binding._averager.in_flight()
+            assert flagged == (in_flight > 0)
+            assert not (blocking and in_flight), "averages in flight were not applied"
             weight = binding.average_weight() or 1.0
-            averages.records.append(Record(copy(values[0]), weight, flagged, blocking))
+            averages.records.append(Record(copy(values[0]), weight, flagged, blocking, in_flight))
             return run(values, name, process_set, size, overlap)
 
         return record
@@ -76,3 +81,32 @@ def recording(binding: Any, copy: Callable[[Any], Any]) -> Iterator[Averages]:
         yield averages
     finally:
         del binding.start_average, binding.average
+
+
+def step_until(
+    hvd: Any,
+    tensors: list[Any],
+    groups: int,
+    averages: Averages,
+    train: Callable[[], None],
+    blocking_at: int | None = None,
+) -> None:
+    """Step until this rank has asked for ``groups`` groups, then drain.
+
+    Each step averages ``tensors`` with ``exchange``, except the one asking for group number
+    ``blocking_at`` (from 0), which runs ``partial_allreduce`` with ``next_group``; ``train()``
+    follows every step. It runs to a number of groups, not of steps (why: the note at the top
+    of ``overlap_checks.py``). The groups with partners are noted in ``averages``.
+    """
+    asked = 0
+    while asked < groups:
+        if asked == blocking_at:
+            group = hvd.next_group()
+            hvd.partial_allreduce(tensors, group)
+        else:
+            group = hvd.exchange(tensors)
+        asked += group is not None
+        if group is not None and len(group) > 1:
+            averages.groups.append(tuple(group))
+        train()
+    hvd.drain()

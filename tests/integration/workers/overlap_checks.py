@@ -16,7 +16,7 @@ import time
 import horovod.torch as raw
 import pytest
 import torch
-from _averages import recording
+from _averages import recording, step_until
 
 import horovod_prague.torch as hvd
 
@@ -67,49 +67,20 @@ def test_every_average_adds_its_group_mean_minus_its_snapshot():
     ends as its own updates plus, for every average, the group's mean of the members'
     snapshots (weighted by their step counts) minus this rank's snapshot; scaled by
     1 / in_flight when any member started that average while another of its own ran."""
-    binding = hvd._binding
-    snapshots: list[tuple[torch.Tensor, float, bool]] = []
-    running: list[int] = []  # averages already in flight when each one started
-    start_average = binding.start_average
-
-    def recording(values, name, process_set, size, overlap=None):
-        overlapping = overlap is not None and overlap.started_during_another
-        weight = binding.average_weight() or 1.0
-        snapshots.append((values[0].detach().clone(), weight, overlapping))
-        running.append(binding._averager.in_flight())
-        assert overlapping == (running[-1] > 0)
-        return start_average(values, name, process_set, size, overlap)
-
-    binding.start_average = recording
     t = torch.randn(1000, generator=torch.Generator().manual_seed(11 + hvd.rank()))
-    expected = t.clone()
-    groups, asked = [], 0
-    try:
-        while asked < 16:  # as many groups on every rank
-            group = hvd.exchange([t])
-            asked += group is not None
-            if group is not None and len(group) > 1:
-                groups.append(tuple(group))
-            t.add_(0.25 * (hvd.rank() + 1))  # training goes on while averages are in flight
-            expected.add_(0.25 * (hvd.rank() + 1))
-        hvd.drain()
-    finally:
-        del binding.start_average
-    assert len(snapshots) == len(groups) > 0
-    assert max(running) == hvd.config().in_flight - 1, "as many in flight as allowed"
-    occurrences = []  # (group, k): the k-th time this rank ran that group
-    for i, group in enumerate(groups):
-        occurrences.append((group, groups[:i].count(group)))
-    everyone = _gathered_objects(dict(zip(occurrences, snapshots, strict=True)))
-    damped = 0
-    for occurrence, (own, _, _) in zip(occurrences, snapshots, strict=True):
-        members = [everyone[m][occurrence] for m in occurrence[0]]
-        mean = sum(w * x for x, w, _ in members) / sum(w for _, w, _ in members)
-        scale = 1 / hvd.config().in_flight if any(o for _, _, o in members) else 1.0
-        damped += scale < 1
-        expected.add_(scale * (mean - own))
-    torch.testing.assert_close(t, expected)
-    if hvd.config().in_flight > 1:
+    start, own_updates = t.clone(), torch.zeros_like(t)
+
+    def train():  # training goes on while averages are in flight
+        t.add_(0.25 * (hvd.rank() + 1))
+        own_updates.add_(0.25 * (hvd.rank() + 1))
+
+    with recording(hvd._binding, _snapshot) as averages:
+        step_until(hvd, [t], 16, averages, train)
+    in_flight = hvd.config().in_flight
+    assert max(r.in_flight for r in averages.records) == in_flight - 1, "as many as allowed"
+    corrections, damped = averages.corrections(_gathered_objects, in_flight)
+    torch.testing.assert_close(t, start + own_updates + corrections)
+    if in_flight > 1:
         assert damped > 0, "some average was started while another ran"
 
 
@@ -118,25 +89,21 @@ def test_a_blocking_average_applies_the_averages_in_flight_first():
     (``_averages.recording`` checks), and the tensor ends as above, blocking average
     included."""
     t = torch.randn(1000, generator=torch.Generator().manual_seed(13 + hvd.rank()))
-    own_updates = torch.zeros_like(t)
-    start = t.clone()
-    asked = 0
-    with recording(hvd._binding, lambda v: v.detach().clone()) as averages:
-        while asked < 12:  # as many groups on every rank; the 7th is a blocking one on all
-            if asked == 6:
-                group = hvd.next_group()
-                hvd.partial_allreduce([t], group)
-            else:
-                group = hvd.exchange([t])
-            asked += group is not None
-            if group is not None and len(group) > 1:
-                averages.groups.append(tuple(group))
-            t.add_(0.5 * (hvd.rank() + 1))
-            own_updates.add_(0.5 * (hvd.rank() + 1))
-        hvd.drain()
+    start, own_updates = t.clone(), torch.zeros_like(t)
+
+    def train():
+        t.add_(0.5 * (hvd.rank() + 1))
+        own_updates.add_(0.5 * (hvd.rank() + 1))
+
+    with recording(hvd._binding, _snapshot) as averages:
+        step_until(hvd, [t], 12, averages, train, blocking_at=6)
     assert sum(r.blocking for r in averages.records) == 1, "one blocking average on this rank"
     corrections, _ = averages.corrections(_gathered_objects, hvd.config().in_flight)
     torch.testing.assert_close(t, start + own_updates + corrections)
+
+
+def _snapshot(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone()
 
 
 def _gathered_objects(obj):

@@ -14,7 +14,7 @@ import horovod.tensorflow as raw
 import numpy as np
 import pytest
 import tensorflow as tf
-from _averages import recording
+from _averages import recording, step_until
 
 import horovod_prague.tensorflow as hvd
 
@@ -42,31 +42,24 @@ def test_every_average_adds_its_group_mean_minus_its_snapshot():
     plus, for every average, the group's mean of the members' snapshots (weighted by their
     step counts) minus this rank's snapshot, scaled by ``1 / in_flight`` when any member
     started that average while another of its own ran. Loops run to a fixed number of groups
-    asked (see ``overlap_checks.py``)."""
-    binding = hvd._binding
+    asked (``_averages.step_until``)."""
     rng = np.random.default_rng(11 + hvd.rank())
     v = tf.Variable(rng.standard_normal(500), dtype=tf.float64)
     start, own_updates = v.numpy().copy(), 0.0
-    asked, running = 0, []
-    with recording(binding, lambda t: t.numpy().copy()) as averages:
-        while asked < 16:  # as many groups on every rank; the 9th is a blocking one on all
-            running.append(binding._averager.in_flight())
-            if asked == 8:
-                group = hvd.next_group()
-                hvd.partial_allreduce([v], group)
-            else:
-                group = hvd.exchange([v])
-            asked += group is not None
-            if group is not None and len(group) > 1:
-                averages.groups.append(tuple(group))
-            v.assign_add(tf.fill([500], tf.constant(0.25 * (hvd.rank() + 1), tf.float64)))
-            own_updates += 0.25 * (hvd.rank() + 1)
-        hvd.drain()
+
+    def train():
+        nonlocal own_updates
+        v.assign_add(tf.fill([500], tf.constant(0.25 * (hvd.rank() + 1), tf.float64)))
+        own_updates += 0.25 * (hvd.rank() + 1)
+
+    with recording(hvd._binding, lambda t: t.numpy().copy()) as averages:
+        step_until(hvd, [v], 16, averages, train, blocking_at=8)
+    in_flight = hvd.config().in_flight
     assert sum(r.blocking for r in averages.records) == 1, "one blocking average on this rank"
-    assert max(running) == hvd.config().in_flight, "as many in flight as allowed"
-    corrections, damped = averages.corrections(_gathered, hvd.config().in_flight)
+    assert max(r.in_flight for r in averages.records) == in_flight - 1, "as many as allowed"
+    corrections, damped = averages.corrections(_gathered, in_flight)
     np.testing.assert_allclose(v.numpy(), start + own_updates + corrections, rtol=1e-10, atol=1e-10)
-    if hvd.config().in_flight > 1:
+    if in_flight > 1:
         assert any(_gathered(damped)), "some average was started while another ran"
 
 
