@@ -167,8 +167,6 @@ class Binding(abc.ABC):
                 len(group),
                 self._overlap(),
             )
-        if self._averager is not None:
-            self._averager.supersede()
 
     def _overlap(self) -> Overlap | None:
         """What an average started now sends for its members to agree on its damping."""

@@ -224,12 +224,6 @@ class OverlappedAverager:
             return None
         return Overlap(bool(self._flights), 1.0 / self.max_in_flight)
 
-    def supersede(self) -> None:
-        """Note that a blocking average has just set this rank's tensors: the averages in
-        flight, older than it, leave integer tensors alone when they are applied."""
-        self._newest_applied = self._started
-        self._started += 1
-
     def start(self, pending: PendingAverage, group: Group) -> None:
         """Track the average just started; ``make_room`` must have made room for it."""
         if len(self._flights) >= self.max_in_flight:

@@ -370,16 +370,6 @@ def test_an_average_older_than_one_applied_leaves_integer_tensors_alone():
     assert log == ["newer", "older, floats only", "middle, floats only"]
 
 
-def test_averages_in_flight_leave_integer_tensors_set_by_a_blocking_average_alone():
-    log: list = []
-    averager = OverlappedAverager(staleness=3, timeout=1.0, in_flight=2)
-    averager.start(FakePending("before", log), (0, 1))
-    averager.supersede()  # partial_allreduce set the tensors while "before" ran
-    averager.start(FakePending("after", log), (0, 2))
-    averager.drain()
-    assert log == ["before, floats only", "after"]
-
-
 def test_overlap_flags_an_average_started_while_another_is_in_flight():
     assert OverlappedAverager(staleness=1, timeout=1.0).overlap() is None  # one at most
     averager = OverlappedAverager(staleness=1, timeout=1.0, in_flight=3)
