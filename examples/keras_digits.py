@@ -46,6 +46,13 @@ def datasets(seed):
 def main():
     args = parser.parse_args()
     hvd.init()
+    # Horovod's preamble: one GPU per process, grown as needed; a thread per rank on CPUs.
+    gpus = tf.config.experimental.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.keras.utils.set_random_seed(args.seed)
     x_train, y_train, x_test, y_test = datasets(args.seed)
 

@@ -6,7 +6,9 @@ timeout, with an error that names no option. Under ``horovodrun --gloo`` the lau
 rendezvous server (an HTTP key-value store every rank can reach) is up before ``hvd.init``:
 each rank puts its options there, reads every other rank's, and raises, naming the options
 that differ, before any collective. Other launchers (MPI) have no such store; there the check
-runs through Horovod after ``init`` (``runtime._check_agreement``).
+runs through Horovod after ``init`` (``runtime._check_agreement``). Each rank also puts where
+it runs (the first rank and the size of its node), so that every rank learns the whole layout
+of the job, nodes of different sizes included, before it registers its process sets.
 
     >>> differing({"seed": 1, "group_size": 2}, {"seed": 1, "group_size": 4})
     ['group_size']
@@ -22,9 +24,11 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from .topology import Topology
+
 SCOPE = "prague-options"
-RANKS_ON_NODE = "ranks_on_this_node"
-"""Compared with the options: Prague needs the same number of ranks on every node."""
+NODE = "node"
+"""Not an option: where the rank runs, as [first rank of its node, ranks on its node]."""
 _inits = 0
 
 
@@ -35,34 +39,34 @@ def differing(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
 
 def check_before_init(
     options: Mapping[str, Any], timeout: float, env: Mapping[str, str] | None = None
-) -> bool:
+) -> Topology | None:
     """Compare ``options`` with every rank's through the Gloo rendezvous store.
-
-    The launcher's count of ranks on this node (``HOROVOD_LOCAL_SIZE``) is compared too, so
-    that every rank of a job whose nodes run different numbers of ranks stops.
 
     ``env``: the launcher's variables (default ``os.environ``).
 
-    Returns False when there is no store (not a Gloo launch) or when some rank's options did
-    not arrive within ``timeout`` (Horovod's own start-up then reports the missing rank), True
-    when all agree. Raises ValueError, on every rank, naming the options that differ.
+    Returns the job's layout, read from every rank's node, when all agree; None when there is
+    no store (not a Gloo launch) or when some rank's options did not arrive within ``timeout``
+    (Horovod's own start-up then reports the missing rank). Raises ValueError, on every rank,
+    naming the options that differ.
     """
     global _inits
     env = os.environ if env is None else env
     addr, port = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR"), env.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     rank, size = env.get("HOROVOD_RANK"), env.get("HOROVOD_SIZE")
     if not (addr and port and rank and size):
-        return False
+        return None
     _inits += 1
     base = f"http://{addr}:{port}/{SCOPE}"
     me = int(rank)
-    facts = {**options, RANKS_ON_NODE: env.get("HOROVOD_LOCAL_SIZE")}
-    body = json.dumps(facts, sort_keys=True)
-    options = json.loads(body)  # compared as the other ranks' arrive: through JSON
+    local_rank, local_size = env.get("HOROVOD_LOCAL_RANK"), env.get("HOROVOD_LOCAL_SIZE")
+    node = [me - int(local_rank), int(local_size)] if local_rank and local_size else None
+    body = json.dumps({**options, NODE: node}, sort_keys=True)
+    options = {k: v for k, v in json.loads(body).items() if k != NODE}  # as others' arrive
     try:
         _put(f"{base}/{me}.{_inits}", body.encode())
     except OSError:  # the store is gone or unreachable: Horovod's start-up will say so
-        return False
+        return None
+    nodes: dict[int, int] | None = None if node is None else {node[0]: node[1]}
     deadline = time.monotonic() + timeout
     delay = 0.005
     for other in range(int(size)):
@@ -70,17 +74,16 @@ def check_before_init(
             continue
         while (raw := _get_or_none(f"{base}/{other}.{_inits}")) is None:
             if time.monotonic() > deadline:
-                return False
+                return None
             time.sleep(delay)
             delay = min(2 * delay, 0.1)
         theirs = json.loads(raw)
+        their_node = theirs.pop(NODE, None)
+        if nodes is not None and their_node is not None:
+            nodes[their_node[0]] = their_node[1]
+        else:
+            nodes = None
         names = differing(options, theirs)
-        if RANKS_ON_NODE in names:
-            raise ValueError(
-                f"the nodes run different numbers of ranks: rank {me}'s node runs "
-                f"{options.get(RANKS_ON_NODE)}, rank {other}'s runs {theirs.get(RANKS_ON_NODE)} "
-                "(as with -H a:4,b:2). Prague needs the same number of ranks on every node"
-            )
         if names:
             details = ", ".join(f"{k}={options.get(k)!r} vs {theirs.get(k)!r}" for k in names)
             raise ValueError(
@@ -88,7 +91,24 @@ def check_before_init(
                 "Every rank must use the same options (same flags, HOROVOD_PRAGUE_* "
                 "variables and hvd.init arguments)."
             )
-    return True
+    return _layout(nodes, int(size))
+
+
+def _layout(nodes: dict[int, int] | None, size: int) -> Topology | None:
+    """The topology of nodes by their first rank, if they cover ranks 0..size-1 exactly.
+
+    >>> _layout({0: 4, 4: 2}, 6)
+    Topology(size=6, local_size=4, node_sizes=(4, 2))
+    >>> _layout({0: 4, 3: 3}, 6) is None
+    True
+    """
+    if not nodes:
+        return None
+    starts = sorted(nodes)
+    ends = [start + nodes[start] for start in starts]
+    if starts[0] != 0 or ends[-1] != size or starts[1:] != ends[:-1]:
+        return None
+    return Topology.of_nodes([nodes[start] for start in starts])
 
 
 def _put(url: str, body: bytes) -> None:

@@ -50,6 +50,10 @@ class Binding(abc.ABC):
     can_overlap = False
     """Whether ``start_average`` runs a group average in the background (else: blocking)."""
 
+    starts_in_init = True
+    """Whether ``init`` starts Prague (``PragueRuntime.start``: Horovod collectives, so
+    framework ops) or leaves it to the first Prague call or guarded collective."""
+
     def __init__(self, hvd: ModuleType) -> None:
         self.hvd = hvd
         self._runtime: PragueRuntime | None = None
@@ -103,7 +107,9 @@ class Binding(abc.ABC):
         ``comm`` and ``process_sets`` go to Horovod's ``init``. The other keyword arguments are
         Prague options (``horovod_prague.common.config.PragueConfig``); ``HOROVOD_PRAGUE_*``
         environment variables give the same. Raises ValueError, on every rank, for options that
-        cannot work or that differ between ranks.
+        cannot work or that differ between ranks (where the framework starts Prague later, see
+        ``starts_in_init``, differing options are found in ``init`` under Gloo, and at the
+        start under MPI).
         """
         config = PragueConfig.from_sources(prague_options)
         horovod_kwargs: dict[str, Any] = {"process_sets": process_sets}
@@ -117,12 +123,21 @@ class Binding(abc.ABC):
             )
         self._watch_for_crash()
         atexit.register(self.leave)
+        if self.starts_in_init:
+            self._runtime.start()
 
     def runtime(self) -> PragueRuntime:
-        """This rank's Prague state; RuntimeError before ``init``."""
+        """This rank's Prague state, started (collective on the first call where ``init`` did
+        not start it); RuntimeError before ``init``."""
         if self._runtime is None:
             raise RuntimeError("horovod_prague is not initialized: call hvd.init() first")
+        if not self._runtime.started:
+            self.start(self._runtime)
         return self._runtime
+
+    def start(self, runtime: PragueRuntime) -> None:
+        """Start ``runtime`` (``PragueRuntime.start``); a framework says where its ops run."""
+        runtime.start()
 
     def config(self) -> PragueConfig:
         """The options this job runs with."""
@@ -456,6 +471,8 @@ class Binding(abc.ABC):
 
         @functools.wraps(collective)
         def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self._runtime is not None:
+                self.runtime()  # every rank starts Prague before its first collective
             if self._exchanges_since_consensus:
                 bound = signature.bind_partial(*args, **kwargs).arguments
                 process_set = bound.get("process_set")

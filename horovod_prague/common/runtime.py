@@ -4,9 +4,13 @@ The framework packages pass in their Horovod module (``horovod.torch`` or
 ``horovod.tensorflow``); everything here uses only the API those share.
 
 Order of ``initialize``: options are parsed; the strategy is built for the topology the
-launcher announced, and its groups are given to ``hvd.init`` as process sets; then, through
-Horovod, every rank checks that all ranks run with the same options, rank 0 starts the Group
-Generator and broadcasts its address and a fresh token, and every rank connects.
+launcher announced, and its groups are given to ``hvd.init`` as process sets. Nothing there
+runs a framework op. Then ``PragueRuntime.start``, through Horovod's collectives: every rank
+checks that all ranks run with the same options, rank 0 starts the Group Generator and
+broadcasts its address and a fresh token, and every rank connects. A framework whose first op
+fixes its runtime's settings (TensorFlow: threads, visible devices, memory growth) starts it
+at the first Prague or global collective instead of in ``init``, so that a script configures
+TensorFlow after ``hvd.init()`` as with stock Horovod.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ class PragueRuntime:
         self.world: Group = tuple(range(self.topology.size))
         self.rank = hvd.rank()
         self.server: GroupGeneratorServer | None = None
-        self.client = self._connect()
+        self._client: GroupGeneratorClient | None = None
         self.pool = ProcessSetPool(
             hvd, strategy.groups(), self.topology.size, self.rank, registered
         )
@@ -55,6 +59,29 @@ class PragueRuntime:
         self.finished = False
         self.finals = 0
         atexit.register(self.close)
+
+    @property
+    def started(self) -> bool:
+        return self._client is not None
+
+    def start(self) -> None:
+        """Check the ranks agree, start the Group Generator on rank 0 and connect to it.
+
+        Collective over all ranks, through Horovod's collectives (framework ops); once.
+        """
+        if self._client is not None:
+            return
+        _check_agreement(self.hvd, self.config)
+        topology = _topology(self.hvd)
+        if topology != self.topology:
+            raise RuntimeError(f"Prague was set up for {self.topology}, Horovod reports {topology}")
+        self._client = self._connect()
+
+    @property
+    def client(self) -> GroupGeneratorClient:
+        if self._client is None:
+            raise RuntimeError("horovod_prague has not started: Binding.runtime() starts it")
+        return self._client
 
     def _connect(self) -> GroupGeneratorClient:
         hvd, config = self.hvd, self.config
@@ -123,7 +150,8 @@ class PragueRuntime:
         return self.client.finish()
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
         if self.server is not None:
             self.server.close()
             self.server = None
@@ -138,8 +166,7 @@ def initialize(
             "Horovod is already initialized; Prague must register its process sets in "
             "hvd.init, so call horovod_prague's init() instead of Horovod's"
         )
-    check_before_init(config.agreed(), config.timeout)
-    announced = Topology.from_env()
+    announced = check_before_init(config.agreed(), config.timeout) or Topology.from_env()
     strategy = make_strategy(config, announced) if announced else None
     registered: list[Any] | None = None
     user_sets = horovod_kwargs.pop("process_sets", None) or []
@@ -169,23 +196,17 @@ def initialize(
             f"{e} With Prague this is most often options that differ between ranks, so the "
             f"ranks register different process sets. This rank: {_describe(config)}."
         ) from e
-    _check_agreement(hvd, config)
-    topology = _topology(hvd)
-    if announced is not None and topology != announced:
-        raise RuntimeError(f"the launcher announced {announced}, Horovod reports {topology}")
     if strategy is None:
-        strategy = make_strategy(config, topology)
+        strategy = make_strategy(config, Topology(hvd.size(), hvd.local_size()))
     return PragueRuntime(hvd, config, strategy, registered)
 
 
 def _topology(hvd: ModuleType) -> Topology:
-    local_sizes = hvd.allgather_object(hvd.local_size(), name="prague.local_size")
-    if len(set(local_sizes)) > 1:
-        raise ValueError(
-            "Prague needs the same number of ranks on every node; ranks per node here: "
-            f"{sorted(set(local_sizes))}"
-        )
-    return Topology(hvd.size(), hvd.local_size())
+    """The job's layout as Horovod reports it: every rank's node, by its first rank."""
+    where = hvd.allgather_object(
+        (hvd.rank() - hvd.local_rank(), hvd.local_size()), name="prague.layout"
+    )
+    return Topology.of_nodes([size for start, size in sorted(set(where))])
 
 
 def _check_agreement(hvd: ModuleType, config: PragueConfig) -> None:

@@ -40,6 +40,10 @@ class TensorflowBinding(Binding):
     """
 
     can_overlap = True
+    starts_in_init = False
+    """TensorFlow's first op initializes its runtime, after which a script can no longer set
+    threads, visible devices or memory growth: stock Horovod's ``init`` runs none, so
+    scripts configure TensorFlow after it. Prague starts at its first call instead."""
 
     def __init__(self, hvd: Any) -> None:
         super().__init__(hvd)
@@ -91,6 +95,10 @@ class TensorflowBinding(Binding):
         return TensorflowPendingAverage(
             variables, name, process_set, size, self.average_weight(), overlap
         )
+
+    def start(self, runtime: Any) -> None:
+        with tf.init_scope():  # eagerly, also when first called while a function is traced
+            runtime.start()
 
     def add_tape_sources(self, variables: Sequence[tf.Variable]) -> None:
         """Track ``variables``, a tape's sources, before any step that averages them runs,
@@ -152,6 +160,7 @@ class TensorflowBinding(Binding):
     def _consensus_first(self) -> None:
         if self._runtime is None:
             return
+        self.runtime()  # every rank starts Prague before its first collective
         self.flush()
         self.consensus()
 

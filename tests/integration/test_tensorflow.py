@@ -78,3 +78,27 @@ def test_overlapped_averages_on_four_ranks(tmp_path, in_flight):
     """Exact values of overlapped averages, damped where the members agree, and of a blocking
     average run while some were in flight (``workers/tf_overlap_checks.py``)."""
     run_worker_tests(tmp_path, "tf_overlap_checks.py", env={"HOROVOD_PRAGUE_IN_FLIGHT": in_flight})
+
+
+@pytest.mark.parametrize(
+    ("api", "flags", "controller"),
+    [
+        ("tensorflow", (), "gloo"),
+        ("tensorflow", ("--prague",), "gloo"),
+        ("tensorflow", ("--prague",), "mpi"),
+        ("keras", ("--prague",), "gloo"),
+        ("keras", ("--prague", "smart"), "mpi"),
+        ("explicit", (), "gloo"),
+    ],
+)
+def test_tensorflow_settings_after_init_take_effect(tmp_path, api, flags, controller):
+    """Horovod's preamble: ``hvd.init()``, then thread pools, visible and logical devices
+    (``workers/tf_preamble.py``). Prague's ``init`` runs no TensorFlow op, as Horovod's."""
+    job = run_ranks(
+        "tf_preamble.py", tmp_path, controller=controller, args=(api,), launcher_flags=flags
+    ).check()
+    assert len(job.reports) == 4, job.output[-3000:]
+    for rep in job.reports:
+        assert (rep["intra_op"], rep["inter_op"], rep["logical_cpus"]) == (1, 2, 2)
+        assert rep["drop_in"] == bool(flags)
+    assert len({rep["final"] for rep in job.reports}) == 1, "ranks differ at the end"

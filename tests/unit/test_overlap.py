@@ -230,7 +230,7 @@ class BlockingBinding(Binding):
     def __init__(self, log: list, in_flight: int) -> None:
         super().__init__(hvd=None)
         self.log = log
-        self._runtime = types.SimpleNamespace(rank=0, name=lambda group: str(group))
+        self._runtime = types.SimpleNamespace(started=True, rank=0, name=lambda group: str(group))
         self._runtime.process_set = lambda group: group
         self._averager = OverlappedAverager(staleness=3, timeout=5.0, in_flight=in_flight)
 
