@@ -35,13 +35,26 @@ HOROVOD_VERSION = "0.28.1"
 HOROVOD_SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
 # The versions the patches were made and tested for.
 SUPPORTED = {"torch": "2.13.", "tensorflow": "2.21."}
-APT_PACKAGES = ["g++", "make", "patch", "openmpi-bin", "libopenmpi-dev"]
+APT_PACKAGES = [
+    "g++",
+    "make",
+    "patch",
+    "openmpi-bin",
+    "libopenmpi-dev",
+    # Emulated hosts (scripts/hosts.py): network namespaces joined by a bridge, sshd in each.
+    "iproute2",
+    "openssh-server",
+    "openssh-client",
+]
 NEEDED_COMMANDS = {
     "g++": "g++",
     "make": "make",
     "patch": "patch",
     "mpicc": "libopenmpi-dev",
     "mpirun": "openmpi-bin",
+    "ip": "iproute2",
+    "sshd": "openssh-server",
+    "ssh": "openssh-client",
 }
 MIN_FREE_GIB_VENV = 8
 MIN_FREE_GIB_BUILD = 6
@@ -83,7 +96,7 @@ def check_python() -> None:
 def ensure_system_packages() -> None:
     missing = sorted({pkg for cmd, pkg in NEEDED_COMMANDS.items() if not shutil.which(cmd)})
     if not missing:
-        step("system packages present (g++, make, patch, Open MPI)")
+        step("system packages present (g++, make, patch, Open MPI, iproute2, OpenSSH)")
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise SetupError(

@@ -1,7 +1,98 @@
+import importlib.util
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 # Worker scripts run a Horovod job when imported: never collect them (doctests included).
 collect_ignore_glob = ["workers/*"]
+
+
+# ----------------------------------------------------------------- emulated hosts
+# Network namespaces with sshd that stand in for a cluster's hosts (scripts/hosts.py).
+
+HOSTS_SCRIPT = Path(__file__).parents[2] / "scripts" / "hosts.py"
+
+
+def load_hosts_module():
+    """scripts/hosts.py as a module (scripts/ is not a package)."""
+    if "prague_hosts" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("prague_hosts", HOSTS_SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["prague_hosts"]
+
+
+def hosts_unavailable(reason: str):
+    """Skip (fail on CI, where the hosts must work) a test that needs emulated hosts."""
+    message = f"emulated hosts cannot be made here: {reason}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+class EmulatedHosts:
+    """Makes emulated hosts on demand and keeps one set alive between tests.
+
+    ``emulated_hosts(4, loopback_name=True)`` returns a live ``Hosts`` (``.names``,
+    ``.addresses``, ``.run_command(cmd)``, ``.host_spec()``, ``.shape(rate)``...). Asking for
+    the set that is already up reuses it, reset (no shaping, no process left from an earlier
+    test but sshd); asking for another one (only one can exist on a machine) replaces it.
+    """
+
+    def __init__(self):
+        self.module = load_hosts_module()
+        self._hosts = None
+        self._key = None
+
+    def __call__(self, n: int = 2, *, loopback_name: bool = False, slots: int = 2):
+        key = (n, loopback_name, slots)
+        if self._hosts is not None and self._key == key and self._hosts.alive():
+            self._hosts.reset()
+            return self._hosts
+        self.close()
+        self.require()
+        try:
+            self._hosts = self.module.Hosts.up(n, slots=slots, loopback_name=loopback_name)
+        except self.module.HostsUnavailable as e:
+            hosts_unavailable(str(e))
+        self._key = key
+        return self._hosts
+
+    def require(self):
+        """Skip (fail on CI) unless hosts can be made here; for tests that make their own."""
+        reason = self.module.check_environment()
+        if reason:
+            hosts_unavailable(reason)
+
+    def close(self):
+        """Remove the hosts and anything a test left of them (also hosts made by the CLI)."""
+        hosts, self._hosts, self._key = self._hosts, None, None
+        if hosts is not None:
+            hosts.down()
+        elif self.module.check_environment() is None:
+            self.module.down()
+
+
+@pytest.fixture(scope="session")
+def emulated_hosts():
+    """Factory of emulated hosts: ``hosts = emulated_hosts(2)``; all removed at the end of the
+    session, whatever the tests did. Skips (fails when ``CI=true``) where they cannot be made.
+    """
+    factory = EmulatedHosts()
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def hosts(request, emulated_hosts):
+    """Two emulated hosts, or what ``request.param`` asks for when parametrized indirectly:
+    ``@pytest.mark.parametrize("hosts", [{"n": 4, "loopback_name": True}], indirect=True)``.
+    """
+    return emulated_hosts(**getattr(request, "param", {}))
