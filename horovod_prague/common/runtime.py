@@ -16,9 +16,11 @@ TensorFlow after ``hvd.init()`` as with stock Horovod.
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import os
 import socket
 import warnings
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -230,10 +232,58 @@ def _addresses(config: PragueConfig, topology: Topology) -> tuple[str, str]:
     """(bind address, address advertised to the other ranks) for the Group Generator.
 
     The same address: the server listens only where the other ranks are told to connect.
+    ``--prague-coordinator-addr`` first; on one node, loopback; across nodes, rank 0's
+    address on the interface Horovod's launcher chose for the job (``--network-interface``
+    or its probe: ``HOROVOD_GLOO_IFACE`` under Gloo, ``NCCL_SOCKET_IFNAME`` under MPI), else
+    the address rank 0's host name resolves to, if that is not a loopback one.
     """
     if config.coordinator_addr:
         return config.coordinator_addr, config.coordinator_addr
     if topology.cross_size == 1:
         return "127.0.0.1", "127.0.0.1"
-    address = socket.gethostbyname(os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname())
+    interface = job_interface()
+    if interface:
+        address = interface_address(interface)
+        return address, address
+    name = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
+    address = socket.gethostbyname(name)
+    if ipaddress.ip_address(address).is_loopback:
+        raise OSError(
+            f"rank 0's host name {name!r} resolves to {address}, a loopback address the other "
+            "hosts cannot reach, and the launcher named no network interface: give "
+            "horovodrun --network-interface, or --prague-coordinator-addr with an address "
+            "of rank 0's host"
+        )
     return address, address
+
+
+def job_interface(env: Mapping[str, str] | None = None) -> str | None:
+    """The network interface Horovod's launcher chose for the job's traffic, if it said.
+
+    >>> job_interface({"NCCL_SOCKET_IFNAME": "eth1,eth2"})
+    'eth1'
+    >>> job_interface({"NCCL_SOCKET_IFNAME": "^docker"}) is None
+    True
+    """
+    env = os.environ if env is None else env
+    for key in ("HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME"):
+        first = (env.get(key) or "").split(",")[0].strip()
+        if first and not first.startswith(("^", "=")):
+            return first
+    return None
+
+
+def interface_address(interface: str) -> str:
+    """This host's IPv4 address on ``interface``; OSError naming it where there is none."""
+    import psutil  # Horovod's own dependency
+
+    addresses = psutil.net_if_addrs()
+    if interface not in addresses:
+        raise OSError(
+            f"network interface {interface!r}, which the launcher chose for the job, does "
+            f"not exist on rank 0's host (it has {', '.join(sorted(addresses))})"
+        )
+    for entry in addresses[interface]:
+        if entry.family == socket.AF_INET:
+            return entry.address
+    raise OSError(f"network interface {interface!r} on rank 0's host has no IPv4 address")

@@ -394,15 +394,29 @@ def test_bad_input_never_stops_the_server(server):
     assert rejected["oversized"] == 1 and rejected["truncated"] == 1
 
 
-def test_the_server_binds_the_address_it_advertises():
+def test_the_server_binds_the_address_it_advertises(monkeypatch):
     one_host, two_hosts = Topology(4, 4), Topology(4, 2)
+    for key in ("HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME", "HOROVOD_HOSTNAME"):
+        monkeypatch.delenv(key, raising=False)
     assert _addresses(PragueConfig(), one_host) == ("127.0.0.1", "127.0.0.1")
-    assert _addresses(PragueConfig(coordinator_addr="10.1.2.3"), two_hosts) == (
-        "10.1.2.3",
-        "10.1.2.3",
+    assert _addresses(PragueConfig(coordinator_addr="198.18.0.9"), two_hosts) == (
+        "198.18.0.9",
+        "198.18.0.9",
     )
-    bind, advertise = _addresses(PragueConfig(), two_hosts)
-    assert bind == advertise != "0.0.0.0"
+    # Across hosts: the address on the interface the launcher chose (here loopback's).
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
+    assert _addresses(PragueConfig(), two_hosts) == ("127.0.0.1", "127.0.0.1")
+    monkeypatch.setenv("HOROVOD_GLOO_IFACE", "no-such-nic0")
+    with pytest.raises(OSError, match="interface 'no-such-nic0'.* does not exist"):
+        _addresses(PragueConfig(), two_hosts)
+
+
+def test_a_host_name_that_resolves_to_loopback_is_refused_across_hosts(monkeypatch):
+    for key in ("HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOROVOD_HOSTNAME", "localhost")
+    with pytest.raises(OSError, match="'localhost' resolves to 127.*--network-interface"):
+        _addresses(PragueConfig(), Topology(4, 2))
 
 
 def test_replies_that_grow_with_the_job_reach_the_client():
