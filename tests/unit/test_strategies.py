@@ -26,12 +26,12 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 @st.composite
 def jobs(draw, strategies=tuple(STRATEGY_CLASSES)):
     """A topology, a strategy that fits it, and its options."""
-    cross = draw(st.integers(1, 4))
-    local = draw(st.integers(1, 4))
-    size = cross * local
-    if size < 2:
-        local, size = 2, 2 * cross
-    topology = Topology(size, local)
+    # Nodes of different sizes too, as horovodrun -H a:4,b:2 starts.
+    node_sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    if sum(node_sizes) < 2:
+        node_sizes = [2]
+    topology = Topology.of_nodes(node_sizes)
+    size = topology.size
     name = draw(st.sampled_from(strategies))
     if name == "adpsgd":
         k = 2
@@ -213,6 +213,21 @@ def test_every_static_schedule_is_a_connected_cycle_of_partitions(nodes, local):
             assert sorted(r for g in division for r in g) == list(range(size))
         assert is_connected(size, (g for d in strategy.schedule for g in d))
         assert strategy.sets_per_rank() <= 4
+
+
+@pytest.mark.parametrize("node_sizes", [(4, 2), (1, 2, 3), (3, 1), (2, 4, 2), (1, 1, 4)])
+def test_static_schedules_on_nodes_of_different_sizes(node_sizes):
+    topology = Topology.of_nodes(node_sizes)
+    size = topology.size
+    for k in (d for d in range(2, size + 1) if size % d == 0):
+        strategy = StaticStrategy(topology, k, pool_size=3, seed=0)
+        for division in strategy.schedule:
+            assert sorted(r for g in division for r in g) == list(range(size))
+        assert is_connected(size, (g for d in strategy.schedule for g in d))
+        # The first division keeps groups inside nodes wherever a node holds k ranks.
+        whole = sum(n // k for n in node_sizes)
+        inside = [g for g in strategy.schedule[0] if len({topology.node_of(r) for r in g}) == 1]
+        assert len(inside) >= whole
 
 
 @pytest.mark.parametrize(

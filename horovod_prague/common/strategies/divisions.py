@@ -73,7 +73,7 @@ def inter_division(topology: Topology, k: int, rng: random.Random) -> Division:
         rng.shuffle(ranks)
     order: list[int] = []
     for local in range(topology.local_size):
-        nodes = list(range(topology.cross_size))
+        nodes = [n for n in range(topology.cross_size) if local < len(per_node[n])]
         rng.shuffle(nodes)
         order.extend(per_node[n][local] for n in nodes)
     return chunk(order, k)

@@ -40,17 +40,17 @@ class StaticStrategy(GroupStrategy):
     def _build_schedule(self) -> tuple[Division, ...]:
         t, k = self.topology, self.group_size
         schedule: list[Division] = []
+        nodes = [t.ranks_on(node) for node in range(t.cross_size)]
         for step in range(2 * t.size):
             shift = step * max(1, k // 2)
-            intra = [
-                node * t.local_size + (local + shift) % t.local_size
-                for node in range(t.cross_size)
-                for local in range(t.local_size)
-            ]
+            intra = _whole_groups_first(
+                [[ranks[(i + shift) % len(ranks)] for i in range(len(ranks))] for ranks in nodes], k
+            )
             inter = [
-                ((node + local + step) % t.cross_size) * t.local_size + local
+                nodes[node][local]
                 for local in range(t.local_size)
-                for node in range(t.cross_size)
+                for node in ((n + local + step) % t.cross_size for n in range(t.cross_size))
+                if local < len(nodes[node])
             ]
             schedule += [chunk(intra, k), chunk(inter, k)]
             if is_connected(t.size, (g for d in schedule for g in d)):
@@ -76,3 +76,19 @@ class StaticStrategy(GroupStrategy):
         if not active.issuperset(group_of(division, requester)):
             groups.append((requester,))
         return groups
+
+
+def _whole_groups_first(nodes: list[list[int]], k: int) -> list[int]:
+    """The nodes' ranks in an order that ``chunk`` cuts into groups inside nodes wherever a
+    node has ``k`` ranks left, then groups of the leftovers of every node.
+
+    >>> _whole_groups_first([[0], [1, 2], [3, 4, 5]], 2)
+    [1, 2, 3, 4, 0, 5]
+    """
+    whole: list[int] = []
+    leftovers: list[int] = []
+    for ranks in nodes:
+        cut = len(ranks) - len(ranks) % k
+        whole += ranks[:cut]
+        leftovers += ranks[cut:]
+    return whole + leftovers
