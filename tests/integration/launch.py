@@ -28,9 +28,14 @@ class Job:
     returncode: int
     output: str
     reports: list[dict[str, Any]]
+    log: Path | None = None
+    """Where the job's whole output (every rank's lines) is kept."""
 
     def check(self) -> Job:
-        assert self.returncode == 0, f"job failed (exit {self.returncode}):\n{self.output[-6000:]}"
+        assert self.returncode == 0, (
+            f"job failed (exit {self.returncode}); every rank's output is in {self.log}. "
+            f"Its end:\n{self.output[-6000:]}"
+        )
         return self
 
 
@@ -81,17 +86,31 @@ def run_ranks(
         text=True,
         start_new_session=True,
     )
+    log = _kept_log(tmp_path)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_tree(proc.pid)
         output, _ = proc.communicate()
+        log.write_text(output)
         raise AssertionError(
             f"{script} on {np} ranks ({controller}) did not finish in {timeout:g}s; "
-            f"killed. Output:\n{output[-6000:]}"
+            f"killed. Every rank's output is in {log}. Its end:\n{output[-6000:]}"
         ) from None
+    log.write_text(output)
     reports = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
-    return Job(proc.returncode, output, sorted(reports, key=lambda r: r.get("rank", 0)))
+    return Job(proc.returncode, output, sorted(reports, key=lambda r: r.get("rank", 0)), log)
+
+
+def _kept_log(tmp_path: Path) -> Path:
+    """A file for a job's whole output: under ``PRAGUE_TEST_LOGS`` when set (CI keeps it
+    there), else in the test's temporary directory."""
+    keep = os.environ.get("PRAGUE_TEST_LOGS")
+    if not keep:
+        return tmp_path / "job-output.log"
+    folder = Path(keep)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{tmp_path.name}-{os.getpid()}-{len(list(folder.iterdir()))}.log"
 
 
 def run_worker_tests(

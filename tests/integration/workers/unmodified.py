@@ -4,7 +4,8 @@
 
 A global optimizer step pre-hook (a PyTorch feature, outside the script) hashes the parameters
 of the optimizer that is stepping, before the step: that is the model left by the previous
-step's averaging. Each rank reports its list of hashes and whether Prague's drop-in replaced
+step's averaging. Each rank reports its list of hashes, a hash of the last stepped optimizer's
+parameters at exit (after Prague's final average), and whether Prague's drop-in replaced
 Horovod's functions in this process.
 """
 
@@ -20,20 +21,32 @@ from _report import report
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 hashes: list[str] = []
+stepped: list[torch.optim.Optimizer] = []
 
 
-def record(optimizer: torch.optim.Optimizer, *_: object) -> None:
+def digest(optimizer: torch.optim.Optimizer) -> str:
     h = hashlib.sha256()
     for group in optimizer.param_groups:
         for p in group["params"]:
             h.update(p.detach().numpy().tobytes())
-    hashes.append(h.hexdigest()[:16])
+    return h.hexdigest()[:16]
+
+
+def record(optimizer: torch.optim.Optimizer, *_: object) -> None:
+    stepped[:] = [optimizer]
+    hashes.append(digest(optimizer))
 
 
 def finish() -> None:
     import horovod.torch
 
-    report({"hashes": hashes, "drop_in": hasattr(horovod.torch.init, "__prague_target__")})
+    report(
+        {
+            "hashes": hashes,
+            "final": digest(stepped[0]) if stepped else None,
+            "drop_in": hasattr(horovod.torch.init, "__prague_target__"),
+        }
+    )
 
 
 register_optimizer_step_pre_hook(record)
