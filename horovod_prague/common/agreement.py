@@ -91,24 +91,7 @@ def check_before_init(
                 "Every rank must use the same options (same flags, HOROVOD_PRAGUE_* "
                 "variables and hvd.init arguments)."
             )
-    return _layout(nodes, int(size))
-
-
-def _layout(nodes: dict[int, int] | None, size: int) -> Topology | None:
-    """The topology of nodes by their first rank, if they cover ranks 0..size-1 exactly.
-
-    >>> _layout({0: 4, 4: 2}, 6)
-    Topology(size=6, local_size=4, node_sizes=(4, 2))
-    >>> _layout({0: 4, 3: 3}, 6) is None
-    True
-    """
-    if not nodes:
-        return None
-    starts = sorted(nodes)
-    ends = [start + nodes[start] for start in starts]
-    if starts[0] != 0 or ends[-1] != size or starts[1:] != ends[:-1]:
-        return None
-    return Topology.of_nodes([nodes[start] for start in starts])
+    return None if nodes is None else Topology.of_node_starts(nodes, int(size))
 
 
 def _put(url: str, body: bytes) -> None:

@@ -208,7 +208,11 @@ def _topology(hvd: ModuleType) -> Topology:
     where = hvd.allgather_object(
         (hvd.rank() - hvd.local_rank(), hvd.local_size()), name="prague.layout"
     )
-    return Topology.of_nodes([size for start, size in sorted(set(where))])
+    topology = Topology.of_node_starts(dict(where), hvd.size())
+    if topology is None:
+        nodes = sorted(set(where))
+        raise RuntimeError(f"Horovod reports nodes that do not tile the ranks: {nodes}")
+    return topology
 
 
 def _check_agreement(hvd: ModuleType, config: PragueConfig) -> None:

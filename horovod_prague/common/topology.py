@@ -53,6 +53,24 @@ class Topology:
             raise ValueError("topology: no nodes")
         return cls(sum(sizes), max(sizes), sizes)
 
+    @classmethod
+    def of_node_starts(cls, nodes: Mapping[int, int], size: int) -> Topology | None:
+        """The topology of nodes given as {first rank: ranks on it}, or None unless they
+        cover ranks 0..size-1 exactly, one after another.
+
+        >>> Topology.of_node_starts({4: 2, 0: 4}, 6)
+        Topology(size=6, local_size=4, node_sizes=(4, 2))
+        >>> Topology.of_node_starts({0: 4, 3: 3}, 6) is None
+        True
+        """
+        if not nodes:
+            return None
+        starts = sorted(nodes)
+        ends = [start + nodes[start] for start in starts]
+        if starts[0] != 0 or ends[-1] != size or starts[1:] != ends[:-1]:
+            return None
+        return cls.of_nodes([nodes[start] for start in starts])
+
     @property
     def cross_size(self) -> int:
         return len(self.node_sizes)

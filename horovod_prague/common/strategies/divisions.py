@@ -49,21 +49,28 @@ def random_division(ranks: Sequence[int], k: int, rng: random.Random) -> Divisio
 
 def intra_division(topology: Topology, k: int, rng: random.Random) -> Division:
     """Groups inside nodes as far as possible; leftovers of every node are grouped together."""
-    groups: list[Group] = []
-    leftovers: list[int] = []
+    nodes = []
     for node in range(topology.cross_size):
         ranks = list(topology.ranks_on(node))
         rng.shuffle(ranks)
-        whole = len(ranks) - len(ranks) % k
-        groups.extend(tuple(sorted(ranks[i : i + k])) for i in range(0, whole, k))
-        leftovers.extend(ranks[whole:])
-    if leftovers:
-        rest = chunk(leftovers, k)
-        if len(rest[-1]) == 1 and groups:
-            groups[-1] = tuple(sorted(groups[-1] + rest[-1]))
-            rest = rest[:-1]
-        groups.extend(rest)
-    return canonical(groups)
+        nodes.append(ranks)
+    return chunk(whole_groups_first(nodes, k), k)
+
+
+def whole_groups_first(nodes: Sequence[Sequence[int]], k: int) -> list[int]:
+    """The nodes' ranks in an order that ``chunk`` cuts into groups inside nodes wherever a
+    node has ``k`` ranks left, then groups of the leftovers of every node.
+
+    >>> whole_groups_first([[0], [1, 2], [3, 4, 5]], 2)
+    [1, 2, 3, 4, 0, 5]
+    """
+    whole: list[int] = []
+    leftovers: list[int] = []
+    for ranks in nodes:
+        cut = len(ranks) - len(ranks) % k
+        whole += ranks[:cut]
+        leftovers += ranks[cut:]
+    return whole + leftovers
 
 
 def inter_division(topology: Topology, k: int, rng: random.Random) -> Division:

@@ -19,7 +19,16 @@ from collections.abc import Sequence
 
 from ..topology import Topology
 from .base import GroupStrategy
-from .divisions import Division, Group, chunk, distinct_groups, group_of, is_connected, restrict
+from .divisions import (
+    Division,
+    Group,
+    chunk,
+    distinct_groups,
+    group_of,
+    is_connected,
+    restrict,
+    whole_groups_first,
+)
 
 
 class StaticStrategy(GroupStrategy):
@@ -43,7 +52,7 @@ class StaticStrategy(GroupStrategy):
         nodes = [t.ranks_on(node) for node in range(t.cross_size)]
         for step in range(2 * t.size):
             shift = step * max(1, k // 2)
-            intra = _whole_groups_first(
+            intra = whole_groups_first(
                 [[ranks[(i + shift) % len(ranks)] for i in range(len(ranks))] for ranks in nodes], k
             )
             inter = [
@@ -76,19 +85,3 @@ class StaticStrategy(GroupStrategy):
         if not active.issuperset(group_of(division, requester)):
             groups.append((requester,))
         return groups
-
-
-def _whole_groups_first(nodes: list[list[int]], k: int) -> list[int]:
-    """The nodes' ranks in an order that ``chunk`` cuts into groups inside nodes wherever a
-    node has ``k`` ranks left, then groups of the leftovers of every node.
-
-    >>> _whole_groups_first([[0], [1, 2], [3, 4, 5]], 2)
-    [1, 2, 3, 4, 0, 5]
-    """
-    whole: list[int] = []
-    leftovers: list[int] = []
-    for ranks in nodes:
-        cut = len(ranks) - len(ranks) % k
-        whole += ranks[:cut]
-        leftovers += ranks[cut:]
-    return whole + leftovers
