@@ -9,11 +9,17 @@ block, then averaged over seeds.
     prague-bench --quick            # about 4 minutes: n = 8, random slowdowns, 3 systems
     prague-bench                    # the full matrix (docs/results.md gives its duration)
     python -m horovod_prague.bench --ranks 8 --scenarios persistent --systems allreduce,prague
+    prague-bench --hosts 2x4 --link 1gbit --scenarios random   # across emulated hosts (root)
+
+With ``--hosts HxS`` every job runs on H emulated hosts of S ranks each
+(``horovod_prague.bench.hosts``: network namespaces with sshd, launched through ssh as on a
+cluster), their links limited to ``--link`` in each direction.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -22,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +96,9 @@ class Plan:
     sampling: str
     target: float
     timeout: float
+    hosts: int | None = None
+    slots: int | None = None
+    link: str | None = None
 
 
 def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
@@ -126,7 +136,35 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     ap.add_argument("--target", type=float, default=0.75, help="test accuracy to time")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a job may take")
     ap.add_argument("--out", type=Path, help="output folder (default bench-results/<time>)")
+    ap.add_argument(
+        "--hosts",
+        metavar="HxS",
+        help="run every job on H emulated hosts of S ranks each (root; sets --ranks to H*S)",
+    )
+    ap.add_argument(
+        "--link",
+        metavar="RATE",
+        help="with --hosts: each host's link limited to RATE each way (1gbit, 250mbit)",
+    )
     a = ap.parse_args(argv)
+    hosts = slots = None
+    if a.hosts:
+        h, x, k = a.hosts.lower().partition("x")
+        if not (x and h.isdigit() and k.isdigit() and int(h) >= 1 and int(k) >= 1):
+            ap.error(f"--hosts: expected HxS such as 2x4, got {a.hosts!r}")
+        hosts, slots = int(h), int(k)
+        if a.ranks and [int(r) for r in a.ranks.split(",")] != [hosts * slots]:
+            ap.error(f"--ranks {a.ranks} contradicts --hosts {a.hosts} ({hosts * slots} ranks)")
+        a.ranks = str(hosts * slots)
+    if a.link:
+        if not a.hosts:
+            ap.error("--link needs --hosts: it limits the links between emulated hosts")
+        from .hosts import parse_rate
+
+        try:
+            parse_rate(a.link)
+        except ValueError as e:
+            ap.error(f"--link: {e}")
     quick = {
         "ranks": "8",
         "scenarios": "random",
@@ -186,6 +224,9 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         sampling=a.sampling,
         target=a.target,
         timeout=a.timeout,
+        hosts=hosts,
+        slots=slots,
+        link=a.link,
     )
     out = a.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
     return plan, out
@@ -209,14 +250,21 @@ def job_order(plan: Plan) -> list[dict[str, Any]]:
 
 
 def run_job(
-    job: dict[str, Any], plan: Plan, data: Path, workdir: Path, logs: Path
+    job: dict[str, Any],
+    plan: Plan,
+    data: Path,
+    workdir: Path,
+    logs: Path,
+    hosts: Any = None,
 ) -> dict[str, Any]:
-    """Run one job; BenchError, with its whole output saved under ``logs``, if it fails."""
+    """Run one job, on ``hosts`` (emulated, ``hosts.Hosts``) if given; BenchError, with its
+    whole output saved under ``logs``, if it fails."""
     stem = f"{job['system']}-{job['ranks']}-{job['scenario']}-{job['seed']}".replace("/", "+")
     out = workdir / f"{stem}.json"
     n = job["ranks"]
     bindir = Path(sys.executable).parent
-    command = [str(bindir / "horovodrun"), "-np", str(n), "-H", f"localhost:{n}", "--gloo"]
+    spec = f"localhost:{n}" if hosts is None else hosts.host_spec(plan.slots)
+    command = [str(bindir / "horovodrun"), "-np", str(n), "-H", spec, "--gloo"]
     flags = system_flags(job["system"])[1]
     command += flags
     command += [sys.executable, "-m", "horovod_prague.bench.worker"]
@@ -234,7 +282,7 @@ def run_job(
     env.update(OMP_NUM_THREADS="1", PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}")
     started = time.perf_counter()
     proc = subprocess.Popen(
-        command,
+        command if hosts is None else hosts.run_command(command),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -259,6 +307,26 @@ def run_job(
     return {**job, **result}
 
 
+def _where(plan: Plan) -> str:
+    if plan.hosts is None:
+        return "one host"
+    link = f"links of {plan.link} each way" if plan.link else "links not limited"
+    return f"{plan.hosts} emulated hosts x {plan.slots} ranks, {link}"
+
+
+@contextlib.contextmanager
+def _emulated_hosts(plan: Plan) -> Iterator[Any]:
+    """The plan's emulated hosts, links shaped, for the whole run (None on this host alone)."""
+    if plan.hosts is None:
+        yield None
+        return
+    from .hosts import Hosts
+
+    with Hosts.up(plan.hosts, slots=plan.slots) as hosts:
+        hosts.shape(plan.link)
+        yield hosts
+
+
 def _save_log(logs: Path, stem: str, command: list[str], output: str) -> Path:
     logs.mkdir(parents=True, exist_ok=True)
     path = logs / f"{stem}.log"
@@ -277,15 +345,16 @@ def main(argv: list[str] | None = None) -> int:
         f"prague-bench: {len(jobs)} {plan.framework} jobs ({', '.join(plan.systems)}) x ranks "
         f"{plan.ranks} x "
         f"{', '.join(plan.scenarios)} x {plan.seeds} seed(s), {plan.steps} steps of "
-        f"{plan.compute_ms:g} ms, {plan.params:,} synthetic floats; results in {out}",
+        f"{plan.compute_ms:g} ms, {plan.params:,} synthetic floats; "
+        f"{_where(plan)}; results in {out}",
         flush=True,
     )
     results: list[dict[str, Any]] = []
     began = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="prague-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="prague-bench-") as tmp, _emulated_hosts(plan) as hosts:
         for i, job in enumerate(jobs, 1):
             try:
-                result = run_job(job, plan, data_path, Path(tmp), out / "failed")
+                result = run_job(job, plan, data_path, Path(tmp), out / "failed", hosts)
             except BenchError as e:
                 print(f"prague-bench: {e}", file=sys.stderr)
                 if results:

@@ -1,4 +1,3 @@
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -18,13 +17,10 @@ HOSTS_SCRIPT = Path(__file__).parents[2] / "scripts" / "hosts.py"
 
 
 def load_hosts_module():
-    """scripts/hosts.py as a module (scripts/ is not a package)."""
-    if "prague_hosts" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("prague_hosts", HOSTS_SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return sys.modules["prague_hosts"]
+    """The emulated hosts' module (``horovod_prague.bench.hosts``, run as scripts/hosts.py)."""
+    from horovod_prague.bench import hosts
+
+    return hosts
 
 
 def hosts_unavailable(reason: str):
