@@ -432,10 +432,15 @@ class GroupGeneratorServer:
 class GroupGeneratorClient:
     """One rank's connection to the Group Generator; every request has ``timeout`` seconds.
 
-    After a timeout or any protocol or connection error the connection is closed for good:
-    a late reply could otherwise answer the next request. Later requests raise
-    ConnectionError naming the first error.
+    A request whose reply carries nothing the rank acts on (``DISPOSABLE``: ``waiting``,
+    ``stats``) may time out and leave the connection open: its late reply, known by the id it
+    echoes, is read and dropped before the next reply. After a timeout of any other request
+    (its reply decides what the rank must do next: skipping it would leave the rank out of
+    step with the Group Generator), or any protocol or connection error, the connection is
+    closed for good; later requests raise ConnectionError naming the first error.
     """
+
+    DISPOSABLE = frozenset({"waiting", "stats"})
 
     def __init__(self, host: str, port: int, token: bytes, rank: int, timeout: float) -> None:
         self.where = f"{host}:{port}"
@@ -445,6 +450,7 @@ class GroupGeneratorClient:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._broken: str | None = None
+        self._abandoned: collections.deque[tuple[int, str]] = collections.deque()
         self._channel = Channel(token, "client", limit=MAX_REPLY)
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
@@ -478,11 +484,16 @@ class GroupGeneratorClient:
                     "it is not reopened"
                 )
             request_id = next(self._ids)
+            sent = False
             try:
                 self._sock.sendall(self._channel.seal({"op": op, "id": request_id, **fields}))
-                reply = receive(self._sock, self._channel)
+                sent = True
+                reply = self._reply_after_late_ones(op)
             except TimeoutError:
-                self._break(f"{op!r} timed out after {self.timeout:g}s")
+                if sent and op in self.DISPOSABLE:
+                    self._abandoned.append((request_id, op))
+                else:
+                    self._break(f"{op!r} timed out after {self.timeout:g}s")
                 raise CoordinatorTimeout(
                     f"rank {self.rank}: the Prague Group Generator at {self.where} did not "
                     f"answer {op!r} within {self.timeout:g}s (HOROVOD_PRAGUE_TIMEOUT)"
@@ -515,6 +526,25 @@ class GroupGeneratorClient:
                     f"reply id {reply.get('id')!r} does not match request id {request_id}"
                 )
         return reply
+
+    def _reply_after_late_ones(self, op: str) -> dict[str, Any] | None:
+        """The next reply that is not the late reply of a request given up on.
+
+        Replies come in the order of the requests, so a late one is always the oldest
+        request given up on; one the server closed the connection after ends the connection.
+        """
+        while True:
+            reply = receive(self._sock, self._channel)
+            if reply is None or not self._abandoned or reply.get("id") != self._abandoned[0][0]:
+                return reply
+            _, late_op = self._abandoned.popleft()
+            if reply.get("closing"):
+                self._break(f"the server refused {late_op!r}: {reply.get('error')}")
+                raise ConnectionError(
+                    f"rank {self.rank}: the Prague Group Generator at {self.where} closed the "
+                    f"connection after refusing an earlier {late_op!r}, before {op!r}: "
+                    f"{reply.get('error')}"
+                )
 
     def hello(self, fingerprint: str) -> int:
         """Bind this connection to ``rank``; the job's size."""

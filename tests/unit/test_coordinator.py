@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from horovod_prague.common import protocol
+from horovod_prague.common import coordinator, protocol
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.coordinator import GroupGeneratorClient, GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
@@ -345,6 +345,107 @@ def test_after_a_timeout_the_client_reports_the_lost_connection():
         with client(srv, rank=2) as other:
             other.hello("fp")
             assert other.next_group() == (2, 3)
+
+
+class SlowToNoteWaits(GroupGenerator):
+    def __init__(self, strategy):
+        super().__init__(strategy)
+        self.release = threading.Event()
+
+    def note_waiting(self, rank, group):
+        self.release.wait(10)
+        super().note_waiting(rank, group)
+
+
+@pytest.mark.parametrize("late", [1, 2])
+def test_a_report_answered_late_leaves_the_connection_working(late):
+    """A slow-wait report that times out is given up (``Binding._report_waiting`` swallows
+    the error); its late reply is dropped, and the rank's next requests are answered."""
+    gg = SlowToNoteWaits(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
+    with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
+        c = client(srv, rank=1, timeout=0.3)
+        c.hello("fp")
+        for _ in range(late):
+            with pytest.raises(protocol.CoordinatorTimeout, match="did not answer 'waiting'"):
+                c.waiting((0, 1))
+        gg.release.set()
+        assert c.next_group() == (0, 1)
+        assert 1 in c.next_group()
+        c.waiting((0, 1))
+        assert c.stats()["waits"][1] == [0, 1]
+        assert srv.rejected == dict.fromkeys(srv.rejected, 0)
+
+
+class RefusesWaitsLate(SlowToNoteWaits):
+    def note_waiting(self, rank, group):
+        self.release.wait(10)
+        raise coordinator._Refused("no waits today", close=True)
+
+
+def test_a_late_reply_the_server_closed_after_is_reported_with_its_error():
+    gg = RefusesWaitsLate(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
+    with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
+        c = client(srv, rank=1, timeout=0.3)
+        c.hello("fp")
+        with pytest.raises(protocol.CoordinatorTimeout):
+            c.waiting((0, 1))
+        gg.release.set()
+        with pytest.raises(ConnectionError, match="after refusing an earlier 'waiting'.*no waits"):
+            c.next_group()
+        with pytest.raises(ConnectionError, match="lost after an earlier error"):
+            c.next_group()
+
+
+class ScriptedServer:
+    """Greets as the Group Generator does, then answers its k-th request with the replies
+    ``answers[k](request)`` lists, sealed in order."""
+
+    def __init__(self, answers):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = self.listener.getsockname()
+        threading.Thread(target=self._serve, args=(answers,), daemon=True).start()
+
+    def _serve(self, answers):
+        sock, _ = self.listener.accept()
+        with sock, self.listener:
+            channel = protocol.Channel(TOKEN, "server")
+            protocol.greet(sock, channel)
+            for answer in answers:
+                request = protocol.receive(sock, channel)
+                if request is None:
+                    return
+                for reply in answer(request):
+                    sock.sendall(channel.seal(reply))
+            protocol.receive(sock, channel)
+
+
+def test_only_the_one_late_reply_of_a_request_given_up_is_dropped():
+    """The client drops exactly one reply per request given up on, the oldest one's: a
+    second reply with that id is refused as any reply to no pending request is."""
+    release = threading.Event()
+
+    def late_and_repeated(request):
+        release.wait(5)
+        return [{"id": request["id"], "ok": True}] * 2
+
+    srv = ScriptedServer(
+        [
+            lambda r: [{"id": r["id"], "ok": True, "size": 4}],
+            late_and_repeated,
+            lambda r: [{"id": r["id"], "ok": True, "group": [0, 1]}],
+        ]
+    )
+    c = GroupGeneratorClient(*srv.address, TOKEN, rank=1, timeout=0.3)
+    c.hello("fp")
+    with pytest.raises(protocol.CoordinatorTimeout, match="'waiting'"):
+        c.waiting((0, 1))
+    release.set()
+    with pytest.raises(protocol.ProtocolError, match="reply id 2 does not match request id 3"):
+        c.next_group()
+    with pytest.raises(
+        ConnectionError, match=r"lost after an earlier error \(reply id 2 to request 3"
+    ):
+        c.next_group()
 
 
 def test_a_silent_coordinator_times_out_with_a_clear_error():
