@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import atexit
 import collections
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -65,6 +66,7 @@ class Binding(abc.ABC):
         self._exchange_counts: collections.Counter[str] = collections.Counter()
         self._exchange_s = 0.0
         self._crashed = False
+        self._initialized_with: tuple[PragueConfig, dict[str, Any]] | None = None
 
     @abc.abstractmethod
     def tensors(self, source: Any) -> list[Any]:
@@ -110,19 +112,32 @@ class Binding(abc.ABC):
         cannot work or that differ between ranks (where the framework starts Prague later, see
         ``starts_in_init``, differing options are found in ``init`` under Gloo, and at the
         start under MPI).
+
+        As Horovod's, ``init`` may be called again: with the same options and arguments it
+        does nothing; with others it raises ValueError naming each that differs. After
+        ``shutdown`` it initializes Horovod and Prague afresh, with any options.
         """
         config = PragueConfig.from_sources(prague_options)
+        horovod_args = {"comm": comm, "process_sets": _comparable_sets(process_sets)}
+        if self._runtime is not None and self._initialized_with is not None:
+            _check_same_init(self._initialized_with, (config, horovod_args))
+            return
+        first = self._initialized_with is None
         horovod_kwargs: dict[str, Any] = {"process_sets": process_sets}
         if comm is not None:
             horovod_kwargs["comm"] = comm
-        self._runtime = initialize(self.hvd, config, horovod_kwargs)
-        staleness = config.staleness_for(self._runtime.topology.size)
+        runtime = initialize(self.hvd, config, horovod_kwargs)
+        staleness = config.staleness_for(runtime.topology.size)
+        self._averager = None
         if staleness > 0 and self.can_overlap:
             self._averager = OverlappedAverager(
                 staleness, config.timeout, self._report_waiting, config.in_flight
             )
-        self._watch_for_crash()
-        atexit.register(self.leave)
+        self._runtime = runtime
+        self._initialized_with = (config, horovod_args)
+        if first:
+            self._watch_for_crash()
+            atexit.register(self.leave)
         if self.starts_in_init:
             self._runtime.start()
 
@@ -505,6 +520,32 @@ class Binding(abc.ABC):
             previous(*info)
 
         sys.excepthook = excepthook
+
+
+def _comparable_sets(process_sets: Any) -> Any:
+    """Horovod's ``process_sets`` argument as two calls of ``init`` compare it: sets given
+    by ranks by their ranks, others (an MPI communicator's) as the objects."""
+    if process_sets is None or isinstance(process_sets, str):
+        return process_sets
+    return [s if s.ranks is None else sorted(s.ranks) for s in process_sets]
+
+
+def _check_same_init(
+    before: tuple[PragueConfig, dict[str, Any]], now: tuple[PragueConfig, dict[str, Any]]
+) -> None:
+    """ValueError naming each option or Horovod argument of a repeated ``init`` that differs
+    from the first call's, with both values."""
+    (config_before, args_before), (config_now, args_now) = before, now
+    values_before = {**dataclasses.asdict(config_before), **args_before}
+    values_now = {**dataclasses.asdict(config_now), **args_now}
+    differing = [k for k in values_now if values_now[k] != values_before[k]]
+    if differing:
+        details = ", ".join(f"{k}={values_now[k]!r} (was {values_before[k]!r})" for k in differing)
+        raise ValueError(
+            f"hvd.init() was called again with different options: {details}. Horovod and "
+            "Prague are already running with the first call's; call shutdown() before "
+            "initializing with others"
+        )
 
 
 def signature(tensors: Iterable[Any]) -> str:

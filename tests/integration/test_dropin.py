@@ -105,3 +105,25 @@ def test_horovodrun_rejects_an_impossible_group_before_starting_workers():
     )
     assert result.returncode == 2
     assert "--prague-group-size: a group of 8 ranks cannot form in a job of 4" in result.stderr
+
+
+def test_a_script_may_call_init_again_as_with_stock_horovod(tmp_path):
+    """``hvd.init()`` twice (a no-op), once with another option (a ValueError naming it),
+    and again after ``hvd.shutdown()`` (a fresh start), under the flag; before, the second
+    call raised "call horovod_prague's init() instead of Horovod's" on every rank."""
+    job = run_ranks(
+        "init_twice.py",
+        tmp_path,
+        np=2,
+        launcher_flags=("--prague", "--prague-timeout", "20"),
+        timeout=180,
+    ).check()
+    assert len(job.reports) == 2, job.output[-3000:]
+    for rep in job.reports:
+        assert rep["drop_in"], rep
+        assert rep["refused"].startswith(
+            "hvd.init() was called again with different options: sync_every=5 (was 0)."
+        ), rep
+    assert len({rep["after_first"] for rep in job.reports}) == 1
+    assert len({rep["after_second"] for rep in job.reports}) == 1
+    assert job.reports[0]["after_first"] != job.reports[0]["after_second"]

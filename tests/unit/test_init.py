@@ -1,0 +1,164 @@
+"""``init`` called more than once, as Horovod allows: Horovod and Prague stood in for."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from horovod_prague.common import binding as binding_module
+from horovod_prague.common.binding import Binding
+from horovod_prague.common.overlap import OverlappedAverager
+from horovod_prague.common.topology import Topology
+
+
+class FakeRuntime:
+    def __init__(self, config) -> None:
+        self.config = config
+        self.topology = Topology(4, 2)
+        self.started = False
+        self.finished = False
+        self.closed = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeHorovod:
+    def __init__(self) -> None:
+        self.initialized = False
+        self.shutdowns = 0
+
+    def shutdown(self) -> None:
+        self.initialized = False
+        self.shutdowns += 1
+
+
+class StandInBinding(Binding):
+    can_overlap = True
+
+    def tensors(self, source):
+        return list(source)
+
+    def average(self, tensors, name, process_set, size, overlap=None):
+        raise AssertionError("no average in these tests")
+
+
+class LaterStartBinding(StandInBinding):
+    starts_in_init = False
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """What ``init`` did: runtimes made, hooks registered. Its ``initialize`` refuses an
+    initialized Horovod, as the real one does."""
+    made: dict[str, list] = {"runtimes": [], "atexit": []}
+
+    def initialize(hvd, config, horovod_kwargs):
+        if hvd.initialized:
+            raise RuntimeError("Horovod is already initialized")
+        hvd.initialized = True
+        runtime = FakeRuntime(config)
+        made["runtimes"].append(runtime)
+        return runtime
+
+    monkeypatch.setattr(binding_module, "initialize", initialize)
+    monkeypatch.setattr(
+        binding_module, "atexit", types.SimpleNamespace(register=made["atexit"].append)
+    )
+    monkeypatch.setattr(Binding, "_watch_for_crash", lambda self: made["atexit"].append("crash"))
+    for name in ("STRATEGY", "GROUP_SIZE", "STALENESS", "TIMEOUT", "SEED"):
+        monkeypatch.delenv(f"HOROVOD_PRAGUE_{name.upper()}", raising=False)
+    return made
+
+
+@pytest.mark.parametrize("kind", [StandInBinding, LaterStartBinding])
+def test_a_second_init_with_the_same_options_does_nothing(calls, kind):
+    b = kind(FakeHorovod())
+    b.init(strategy="static", group_size=2)
+    runtime, averager = b._runtime, b._averager
+    assert isinstance(averager, OverlappedAverager)
+    assert runtime.started == kind.starts_in_init
+    b.init(strategy="static", group_size=2)
+    b.init(group_size=2, strategy="static", staleness="auto")  # the same, spelt otherwise
+    assert b._runtime is runtime and b._averager is averager
+    assert calls["runtimes"] == [runtime]
+    assert calls["atexit"].count("crash") == 1 and calls["atexit"].count(b.leave) == 1
+
+
+def test_a_second_init_under_the_drop_in_takes_the_same_options_from_the_environment(
+    calls, monkeypatch
+):
+    monkeypatch.setenv("HOROVOD_PRAGUE_STRATEGY", "random")
+    monkeypatch.setenv("HOROVOD_PRAGUE_GROUP_SIZE", "3")
+    b = StandInBinding(FakeHorovod())
+    b.init()
+    b.init()
+    assert len(calls["runtimes"]) == 1
+    assert calls["runtimes"][0].config.strategy == "random"
+
+
+def test_a_second_init_with_other_options_names_each_with_both_values(calls):
+    b = StandInBinding(FakeHorovod())
+    b.init(strategy="static", group_size=2, timeout=30)
+    runtime = b._runtime
+    with pytest.raises(ValueError, match="called again with different options") as e:
+        b.init(strategy="random", group_size=2, timeout=5)
+    message = str(e.value)
+    assert "strategy='random' (was 'static')" in message
+    assert "timeout=5.0 (was 30.0)" in message
+    assert "group_size" not in message
+    assert b._runtime is runtime and len(calls["runtimes"]) == 1
+
+
+def test_a_second_init_with_other_horovod_arguments_names_them(calls):
+    b = StandInBinding(FakeHorovod())
+    b.init(process_sets="dynamic")
+    with pytest.raises(ValueError, match=r"process_sets=None \(was 'dynamic'\)"):
+        b.init()
+    with pytest.raises(ValueError, match=r"comm=\[0, 1\] \(was None\)"):
+        b.init(comm=[0, 1], process_sets="dynamic")
+
+
+def test_process_sets_given_again_by_the_same_ranks_are_the_same_argument(calls):
+    class Set:
+        def __init__(self, ranks):
+            self.ranks = ranks
+
+    b = StandInBinding(FakeHorovod())
+    b.init(process_sets=[Set([0, 1])])
+    b.init(process_sets=[Set([1, 0])])
+    with pytest.raises(ValueError, match=r"process_sets=\[\[0, 2\]\] \(was \[\[0, 1\]\]\)"):
+        b.init(process_sets=[Set([0, 2])])
+    assert len(calls["runtimes"]) == 1
+
+
+def test_init_after_shutdown_starts_afresh_with_any_options(calls):
+    hvd = FakeHorovod()
+    b = StandInBinding(hvd)
+    b.init(strategy="static")
+    first = b._runtime
+    b.shutdown()
+    assert first.closed and hvd.shutdowns == 1 and b._runtime is None
+    b.init(strategy="random", staleness="0")
+    assert len(calls["runtimes"]) == 2 and b._runtime is calls["runtimes"][1]
+    assert b._runtime.started and b._averager is None  # blocking now: the old averager is gone
+    assert calls["atexit"].count("crash") == 1 and calls["atexit"].count(b.leave) == 1
+    b.init(strategy="random", staleness="0")
+    assert len(calls["runtimes"]) == 2
+
+
+def test_a_failed_init_can_be_retried(calls, monkeypatch):
+    def failing(hvd, config, horovod_kwargs):
+        raise RuntimeError("Horovod could not start")
+
+    b = StandInBinding(FakeHorovod())
+    with monkeypatch.context() as m:
+        m.setattr(binding_module, "initialize", failing)
+        with pytest.raises(RuntimeError, match="could not start"):
+            b.init()
+    b.init()
+    assert len(calls["runtimes"]) == 1 and b._runtime.started
