@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from .config import PragueConfig
-from .group_generator import Owed, holding_up
+from .group_generator import Owed, WorldGroup, holding_up
 from .overlap import GroupWaitTimeout, Overlap, OverlappedAverager, PendingAverage, awaiting
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
@@ -214,8 +214,9 @@ class Binding(abc.ABC):
         Blocking (``staleness=0``): ``partial_allreduce`` with ``next_group()``. Overlapped:
         starts the next group's average on a snapshot and returns at once, or, while
         ``in_flight`` averages are still running, averages with nobody this step;
-        ``horovod_prague.common.overlap`` says how and when each average is applied. Returns
-        the group asked for, or None when this step asked for none.
+        ``horovod_prague.common.overlap`` says how and when each average is applied. The
+        periodic global average (a ``WorldGroup``, every ``sync_every`` steps) runs blocking
+        after a drain. Returns the group asked for, or None when this step asked for none.
         """
         began = time.perf_counter()
         try:
@@ -243,6 +244,10 @@ class Binding(abc.ABC):
             group = self.next_group()
             if len(group) < 2 or not values:
                 counts["alone"] += 1
+                return group
+            if isinstance(group, WorldGroup):
+                self._average_group(values, group)  # drains first: every rank ends equal
+                counts["averaged"] += 1
                 return group
             rt = self.runtime()
             averager.make_room(group, rt.rank)
@@ -453,14 +458,30 @@ class Binding(abc.ABC):
         return self.tracked() if self._tracked else own
 
     def _world_tensors(self, values: list[Any]) -> list[Any]:
-        """What a world average of ``average_model`` or ``finish`` averages: ``values``, then
-        every tracked model not among them.
+        """What a world average of ``average_model`` or ``finish`` averages: every tracked
+        model in registration order, then those of ``values`` not among them, in their order.
 
         Tracked models are included so that a consensus leaves every one of them equal on all
-        ranks; ``values`` come first, so ranks that pass the same values list them in one order
-        even where their tracked models differ in order.
+        ranks, and come first so that the order does not depend on how the caller lists them:
+        ``finish([p1, p2])`` on one rank and a consensus over an optimizer's ``[p2, p1]`` on
+        another pair the same tensors.
         """
-        return distinct([*values, *self.step_tensors(values)])
+        return distinct([*self.step_tensors(values), *values])
+
+    def check_sync_every(self, sync_every: int | None) -> None:
+        """ValueError unless ``sync_every`` (an optimizer's argument) is None or the job's.
+
+        The periodic global average is the Group Generator's (``WorldGroup``), made for every
+        rank at once from the job's option; one optimizer cannot have its own period.
+        """
+        job = self.config().sync_every
+        if sync_every is not None and sync_every != job:
+            raise ValueError(
+                f"sync_every={sync_every} differs from the job's sync_every={job} "
+                "(--prague-sync-every, HOROVOD_PRAGUE_SYNC_EVERY): the periodic global average "
+                "is made for all ranks and optimizers at once, so set it for the job and leave "
+                "the optimizer's sync_every unset"
+            )
 
     def consensus(self) -> None:
         """Average the tracked models globally if they changed since the last consensus.

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from .group_generator import GroupGenerator, Owed
+from .group_generator import GroupGenerator, Owed, WorldGroup
 from .protocol import (
     MAX_FRAME,
     MAX_HELLO_FRAME,
@@ -316,7 +316,10 @@ class GroupGeneratorServer:
             raise _Refused(f"unknown operation {op!r}; known: {', '.join(OPS)}")
         gg = self.generator
         if op == "next":
-            return {"group": list(gg.next_group(conn.rank))}
+            group = gg.next_group(conn.rank)
+            if isinstance(group, WorldGroup):
+                return {"group": list(group), "world": True}
+            return {"group": list(group)}
         if op == "sync":
             sync_id = message.get("sync")
             if not isinstance(sync_id, int) or isinstance(sync_id, bool) or sync_id < 1:
@@ -551,7 +554,9 @@ class GroupGeneratorClient:
         return self.request("hello", rank=self.rank, fingerprint=fingerprint)["size"]
 
     def next_group(self) -> Group:
-        return tuple(self.request("next")["group"])
+        """The next group; a ``WorldGroup`` where it is the periodic global average."""
+        reply = self.request("next")
+        return WorldGroup(reply["group"]) if reply.get("world") else tuple(reply["group"])
 
     def sync(self, sync_id: int) -> Owed | None:
         reply = self.request("sync", sync=sync_id)

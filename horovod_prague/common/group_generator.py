@@ -11,6 +11,15 @@ in the world group (or in the script's own global collective after it). Once eve
 reached the sync (or finished), all are active again: a rank that asks for a group then has
 passed the world group, and every global collective the others may still be in.
 
+The periodic global average (``sync_every``) is no sync: it is the world group, which the
+generator appends to every buffer as an ordinary group (``WorldGroup``) when some rank's
+request count first reaches a new multiple of ``sync_every``. It then sits in one global
+order with every other group, so each rank meets it as a step (``next_group``) or as an owed
+group (``sync``, ``finish``) at the same place relative to its other groups, whatever the
+ranks' step counts. It is postponed while a rank is paused at a sync (that rank has taken its
+buffer and waits in the sync's world average) to the next request after the pause, and
+skipped once a rank has finished (the final average of ``finish`` takes its place).
+
     >>> from horovod_prague.common.strategies import StaticStrategy
     >>> from horovod_prague.common.topology import Topology
     >>> gg = GroupGenerator(StaticStrategy(Topology(4, 2), 2, 2, seed=0))
@@ -29,6 +38,15 @@ from typing import NamedTuple
 from .strategies import Group, GroupStrategy
 
 
+class WorldGroup(tuple[int, ...]):
+    """The world group as a periodic global average (``sync_every``), which its members run
+    blocking, after draining their averages in flight. Equal to the plain tuple of all ranks:
+    the same process set and collective names, so a member running it as an owed group meets
+    one running it as a step."""
+
+    __slots__ = ()
+
+
 class Owed(NamedTuple):
     """What a rank must run before it goes on: ``groups``, those already decided for its
     steps, in order, then ``world_averages`` averages over all ranks (one per sync).
@@ -44,8 +62,13 @@ class Owed(NamedTuple):
 class GroupGenerator:
     """Hands each rank its next group; thread-safe."""
 
-    def __init__(self, strategy: GroupStrategy) -> None:
+    def __init__(self, strategy: GroupStrategy, sync_every: int = 0) -> None:
+        if sync_every < 0:
+            raise ValueError(f"sync_every: must be >= 0 (0 = never), got {sync_every}")
         self.strategy = strategy
+        self.sync_every = sync_every
+        # How many multiples of sync_every some rank's count has reached (made or skipped).
+        self.world_rounds = 0
         size = strategy.topology.size
         self.size = size
         self.counts = [0] * size
@@ -71,6 +94,7 @@ class GroupGenerator:
                 raise ValueError(f"rank {rank} asked for a group after it finished")
             self.paused.discard(rank)
             self.counts[rank] += 1
+            self._periodic_world_group(rank)
             if not self.buffers[rank]:
                 self._generate(rank)
             if not self.buffers[rank]:
@@ -128,6 +152,24 @@ class GroupGenerator:
         if len(self.arrived[sync_id]) == self.size:
             # Everyone reached it: no rank still waits on a pre-sync group or collective.
             self.paused.clear()
+
+    def _periodic_world_group(self, rank: int) -> None:
+        """Append the world group to every buffer if ``rank``'s count reached a new multiple
+        of ``sync_every``: skipped once a rank has finished, postponed while one is paused."""
+        if not self.sync_every:
+            return
+        rounds = self.counts[rank] // self.sync_every
+        if rounds <= self.world_rounds:
+            return
+        if len(self.active) < self.size:
+            self.world_rounds = rounds
+            return
+        if self.paused:
+            return
+        self.world_rounds = rounds
+        world = WorldGroup(self.world)
+        for buffer in self.buffers:
+            buffer.append(world)
 
     def _generate(self, requester: int) -> None:
         active = frozenset(self.active - self.paused)

@@ -92,7 +92,7 @@ class PragueRuntime:
             try:
                 bind, advertise = _addresses(config, self.topology)
                 self.server = GroupGeneratorServer(
-                    GroupGenerator(self.strategy),
+                    GroupGenerator(self.strategy, config.sync_every),
                     new_token(),
                     config.fingerprint(),
                     host=bind,

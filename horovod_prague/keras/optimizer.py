@@ -40,8 +40,8 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
     """Wrap a tf-keras optimizer: local step, then group average (Horovod's signature).
 
     ``model``: its other variables (BatchNorm statistics) are averaged too; by default only
-    the variables the optimizer updates. ``sync_every``: a global average every this many
-    steps (default: the job's ``--prague-sync-every``).
+    the variables the optimizer updates. ``sync_every``: None or the job's
+    ``--prague-sync-every`` (else ValueError), whose global average the Group Generator makes.
     """
     if op not in (_hvd.Average, _hvd.Sum):
         raise ValueError("op currently only supports Average and Sum")

@@ -266,23 +266,16 @@ class TensorflowPendingAverage(PendingAverage):
 
 
 class PragueSteps:
-    """Counts Prague steps and takes each: a group average, or every ``sync_every``-th a
-    global one (the job's ``sync_every`` when None)."""
+    """Counts Prague steps and takes each: the average with the group the Group Generator
+    gives (every ``sync_every`` steps, the job's option, all ranks: ``WorldGroup``)."""
 
-    def __init__(self, binding: TensorflowBinding, sync_every: int | None = None) -> None:
+    def __init__(self, binding: TensorflowBinding) -> None:
         self.binding = binding
-        self.sync_every = sync_every
         self.count = 0
 
     def take(self, variables: list[tf.Variable]) -> None:
-        binding = self.binding
         self.count += 1
-        variables = binding.step_tensors(variables)
-        sync_every = binding.config().sync_every if self.sync_every is None else self.sync_every
-        if sync_every and self.count % sync_every == 0:
-            binding.average_model(variables)
-        else:
-            binding.exchange(variables)
+        self.binding.exchange(self.binding.step_tensors(variables))
 
 
 class _Staged:

@@ -105,10 +105,8 @@ class _PragueState:
     """What a wrapped optimizer adds: its Prague step count, the variables it averages, and
     its local gradient accumulation (None: every ``apply_gradients`` is a step)."""
 
-    def __init__(
-        self, model: Any, sync_every: int | None, accumulation: LocalAccumulation | None
-    ) -> None:
-        self.steps = PragueSteps(binding, sync_every)
+    def __init__(self, model: Any, accumulation: LocalAccumulation | None) -> None:
+        self.steps = PragueSteps(binding)
         self.model = model
         self.accumulation = accumulation
         self.applied: list[tf.Variable] = []
@@ -178,6 +176,7 @@ def wrap_optimizer(
     if sync_every is not None and sync_every < 0:
         raise ValueError(f"sync_every: must be >= 0 (0 = never), got {sync_every}")
     binding.runtime()  # a clear error before Prague is initialized
+    binding.check_sync_every(sync_every)
     cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
@@ -186,7 +185,7 @@ def wrap_optimizer(
         if backward_passes_per_step > 1
         else None
     )
-    state = _PragueState(model, sync_every, accumulation)
+    state = _PragueState(model, accumulation)
     object.__setattr__(wrapped, "_prague", state)
     binding.track(state.variables)
     return wrapped
@@ -243,8 +242,8 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
 
     Horovod's arguments are accepted; those that shape the gradient all-reduce have nothing to
     act on (``compression`` and ``op`` warn). Prague's own: ``model``, whose other variables
-    (BatchNorm statistics) are averaged too; ``sync_every``, a global average every this many
-    steps (default: the job's ``--prague-sync-every``).
+    (BatchNorm statistics) are averaged too; ``sync_every``: None or the job's
+    ``--prague-sync-every`` (else ValueError), whose global average the Group Generator makes.
     """
     if op == _hvd.Adasum and average_aggregated_gradients:
         raise ValueError("Adasum does not support average_aggregated_gradients == True")

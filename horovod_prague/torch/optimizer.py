@@ -2,7 +2,7 @@
 
 Horovod's wrapper all-reduces gradients, then steps. This one steps on the local gradient,
 then averages the parameters (and the models' buffers) with the group the Group Generator
-gives this rank; every ``sync_every`` steps it averages over all ranks instead::
+gives this rank; every ``sync_every`` steps (the job's option) that group is all ranks::
 
     import horovod_prague.torch as hvd
 
@@ -55,12 +55,10 @@ class _PragueOptimizer(torch.optim.Optimizer):
         self,
         backward_passes_per_step: int,
         model: torch.nn.Module | None,
-        sync_every: int | None,
         scheduled_from: torch.optim.Optimizer | None,
     ) -> None:
         self._prague_scheduled_from = scheduled_from
         self.backward_passes_per_step = backward_passes_per_step
-        self._sync_every = sync_every
         self._prague_steps = 0
         self._synchronized = False
         self._should_synchronize = True
@@ -115,10 +113,8 @@ class _PragueOptimizer(torch.optim.Optimizer):
             self._should_synchronize = True
 
     def step(self, closure: Any = None) -> Any:
-        """Apply the local gradient, then average the model with this step's group.
-
-        Every ``sync_every``-th step averages over all ranks instead of a group.
-        """
+        """Apply the local gradient, then average the model with this step's group (every
+        ``sync_every`` steps of the fastest rank, the Group Generator makes it all ranks)."""
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn(STEP_WARNING, stacklevel=2)
@@ -131,18 +127,11 @@ class _PragueOptimizer(torch.optim.Optimizer):
         self._prague_steps += 1
         if self._prague_scheduled_from is not None:
             self._prague_scheduled_from._opt_called = True  # for its LR scheduler's order check
-        tensors = binding.step_tensors(self.prague_tensors())
-        sync_every = self._sync_every
-        if sync_every is None:
-            sync_every = binding.config().sync_every
-        if sync_every and self._prague_steps % sync_every == 0:
-            binding.average_model(tensors)
-        else:
-            binding.exchange(tensors)
+        binding.exchange(binding.step_tensors(self.prague_tensors()))
         return loss
 
     def state_dict(self) -> dict[str, Any]:
-        """The optimizer's state, with Prague's step count (``sync_every`` counts from it)."""
+        """The optimizer's state, with Prague's step count."""
         state = super().state_dict()
         state[PRAGUE_STATE_KEY] = {"steps": self._prague_steps}
         return state
@@ -183,8 +172,8 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
 
     model: the module whose buffers (BatchNorm statistics) are averaged with the parameters.
         Default: found from the forward passes before the first step (``buffers.ModelFinder``).
-    sync_every: average over all ranks every this many steps; default the job's
-        ``sync_every`` (``--prague-sync-every``), 0 never.
+    sync_every: None or the job's ``sync_every`` (``--prague-sync-every``), else ValueError:
+        the Group Generator makes the periodic global average for all ranks at once.
 
     Returns an object of a subclass of ``optimizer``'s class sharing its state, as Horovod does.
     Call ``hvd.init`` (``horovod_prague.torch.init``) first.
@@ -209,6 +198,7 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
         raise ValueError(f"sync_every: must be >= 0 (0 = never), got {sync_every}")
     _warn_ignored(compression, op)
     binding.runtime()  # a clear error before Prague is initialized
+    binding.check_sync_every(sync_every)
     cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
     wrapped = cls.__new__(cls)
     state = dict(optimizer.__dict__)
@@ -222,9 +212,7 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
             "Prague cannot add the group average to it; wrap the optimizer first, then patch"
         )
     wrapped.__dict__.update(state)
-    wrapped._prague_setup(
-        backward_passes_per_step, model, sync_every, optimizer if scheduled else None
-    )
+    wrapped._prague_setup(backward_passes_per_step, model, optimizer if scheduled else None)
     return wrapped
 
 
