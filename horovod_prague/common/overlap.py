@@ -29,7 +29,7 @@ member started while another of its own was in flight is applied damped, by
     >>> class Done:  # a framework's PendingAverage whose collective already completed
     ...     applied = 0
     ...     def ready(self): return True
-    ...     def apply(self, integers=True): Done.applied += 1
+    ...     def apply(self): Done.applied += 1
     >>> averager = OverlappedAverager(staleness=2, timeout=1.0)
     >>> averager.may_start()
     True
@@ -60,11 +60,36 @@ class PendingAverage(abc.ABC):
         """Whether the collective has completed (never blocks)."""
 
     @abc.abstractmethod
-    def apply(self, integers: bool = True) -> None:
-        """Add ``average - snapshot`` to the model's floating-point tensors; only once
-        ``ready()``. Integer tensors (counters) take the group's floor mean, unless
-        ``integers`` is False: a newer average of this rank's has already set them, and
-        floating-point corrections add up in any order, but a counter would go back."""
+    def apply(self) -> None:
+        """Add what the average changed to the snapshot to the model; only once ``ready()``.
+
+        Floating-point tensors take ``average - snapshot``, scaled by ``Overlap.scale``.
+        Integer tensors (counters such as BatchNorm's ``num_batches_tracked``) take
+        ``integer_share - snapshot``, whole: the increments made since the snapshot survive,
+        members that counted in step are left as they are, and the corrections sum to zero
+        over the group, so the group's total count is kept exactly and the final world
+        average (a floor mean) gives every rank the count of steps. They are not damped: a
+        damped correction would have to be rounded, losing or inventing counts, and what
+        damping cures, a disagreement fed back along a cycle of ranks, stays within its
+        initial size (and a count of rounding) for integers until the final world average
+        settles it. Corrections add up in any order, so every average is applied whole
+        whenever it completes."""
+
+
+def integer_share(total: int, size: int, position: int) -> int:
+    """The member at ``position`` of a group of ``size``: its share of the group's ``total``.
+
+    The floor mean, plus one for each of the first ``total mod size`` members, so the shares
+    sum to ``total``: a group's overlapped averages neither lose nor invent counts. The
+    frameworks compute the same, element by element.
+
+        >>> [integer_share(7, 3, p) for p in range(3)]
+        [3, 2, 2]
+        >>> [integer_share(-7, 3, p) for p in range(3)]
+        [-2, -2, -3]
+    """
+    quotient, remainder = divmod(total, size)
+    return quotient + (position < remainder)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,8 +175,6 @@ class _InFlight:
     pending: PendingAverage
     started: int
     """The step that started it (``OverlappedAverager`` counts its steps)."""
-    serial: int
-    """How many averages this rank started before it."""
 
 
 class OverlappedAverager:
@@ -182,9 +205,6 @@ class OverlappedAverager:
         """Called with the group when waiting for its average takes long (``awaiting``)."""
         self._flights: list[_InFlight] = []
         self._step = 0
-        self._started = 0
-        self._newest_applied = -1
-        """The serial of the newest average applied: an older one leaves integer tensors alone."""
         self.applied = 0
         self.waits = 0
         self.waited_s = 0.0
@@ -228,8 +248,7 @@ class OverlappedAverager:
         """Track the average just started; ``make_room`` must have made room for it."""
         if len(self._flights) >= self.max_in_flight:
             raise RuntimeError(f"{len(self._flights)} overlapped group averages already in flight")
-        self._flights.append(_InFlight(group, pending, self._step, self._started))
-        self._started += 1
+        self._flights.append(_InFlight(group, pending, self._step))
 
     def collect(self) -> None:
         """Apply the averages in flight that have completed, without waiting."""
@@ -258,8 +277,7 @@ class OverlappedAverager:
 
     def _finish(self, flight: _InFlight) -> None:
         self._flights.remove(flight)
-        flight.pending.apply(integers=flight.serial > self._newest_applied)
-        self._newest_applied = max(self._newest_applied, flight.serial)
+        flight.pending.apply()
         self.applied += 1
 
 

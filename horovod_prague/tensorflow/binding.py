@@ -189,8 +189,11 @@ class _DtypePart:
         self.floating = dtype.is_floating or dtype.is_complex
         self.weight = weight if self.floating else None
         self.overlap = overlap if self.floating else None
-        # Read now: the variables' later in-place updates copy their buffers, not these.
-        self.values = [tf.identity(v) if self.floating else tf.cast(v, tf.int64) for v in variables]
+        # Read now: the variables' later in-place updates copy their buffers, not these. Read
+        # before the cast: casting an int64 variable to int64 returns the variable itself.
+        self.values = [tf.identity(v) for v in variables]
+        if not self.floating:
+            self.values = [tf.cast(v, tf.int64) for v in self.values]
 
     def reduce(self, process_set: Any) -> list[tf.Tensor]:
         op = _hvd.Average if self.floating else _hvd.Sum
@@ -235,7 +238,9 @@ class TensorflowPendingAverage(PendingAverage):
     Horovod's eager TensorFlow collectives block, so a daemon thread runs them while the rank
     trains on. The same collectives as ``TensorflowBinding.average``; ``apply`` adds
     ``average - snapshot`` to floating-point variables (scaled by ``overlap.scale`` of the
-    group's mean flag, with ``overlap``) and sets integer ones to the floor mean.
+    group's mean flag, with ``overlap``) and ``integer_share - snapshot`` of their sums to
+    integer ones, whole, with this rank's position in ``process_set``
+    (``PendingAverage.apply``).
     """
 
     def __init__(
@@ -249,20 +254,39 @@ class TensorflowPendingAverage(PendingAverage):
     ) -> None:
         self.size = size
         self.parts = _by_dtype(variables, name, weight, overlap)
+        self.position = 0 if all(p.floating for p in self.parts) else process_set.rank()
         self.call = BackgroundCall(lambda: [part.reduce(process_set) for part in self.parts])
 
     def ready(self) -> bool:
         return self.call.done()
 
-    def apply(self, integers: bool = True) -> None:
+    def apply(self) -> None:
         reduced = self.call.result(0.0, lambda: "apply() before the average completed")
         for part, results in zip(self.parts, reduced, strict=True):
+            if not part.floating:
+                for v, snapshot, summed in zip(part.variables, part.values, results, strict=True):
+                    share = _share(summed, self.size, self.position)
+                    v.assign(_narrow(tf.cast(v, tf.int64) + share - snapshot, v.dtype))
+                continue
             averages, scale = part.received(results, self.size)
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
-                if part.floating:
-                    v.assign_add(tf.cast(scale, v.dtype) * (a - snapshot))
-                elif integers:
-                    v.assign(a)
+                v.assign_add(tf.cast(scale, v.dtype) * (a - snapshot))
+
+
+def _share(summed: tf.Tensor, size: int, position: int) -> tf.Tensor:
+    """``integer_share`` of each element of the group's int64 sums."""
+    quotient = summed // size
+    return quotient + tf.cast(summed - quotient * size > position, tf.int64)
+
+
+def _narrow(t: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """An int64 tensor as ``dtype``, clamped to its range (a corrected mask stays 0 or 1)."""
+    low, high = (
+        (0, 1) if dtype == tf.bool else (max(dtype.min, -(2**63)), min(dtype.max, 2**63 - 1))
+    )
+    return tf.cast(
+        tf.clip_by_value(t, tf.constant(low, tf.int64), tf.constant(high, tf.int64)), dtype
+    )
 
 
 class PragueSteps:

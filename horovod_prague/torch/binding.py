@@ -91,10 +91,11 @@ class TorchPendingAverage(PendingAverage):
     the average changed, and the average (under ``weighting=progress``, the weighted copy
     sent, averaged in place; otherwise the output Horovod returns). With ``overlap``, each
     floating-point collective also carries this rank's ``overlap.flag``, and the correction
-    is scaled by ``overlap.scale`` of the group's mean flag. Integer tensors (counters) simply
-    take the group's floor mean. ``average`` stays separate: a blocking average must set the
-    tensor to the collective's result exactly (``t + (avg - t)`` may differ from ``avg`` in
-    the last bit), or ranks would not be bit-identical after a global average.
+    is scaled by ``overlap.scale`` of the group's mean flag. Integer tensors (counters) take
+    ``integer_share - snapshot`` of their sums, whole (``PendingAverage.apply``), with this
+    rank's position in ``process_set``. ``average`` stays separate: a blocking average must
+    set the tensor to the collective's result exactly (``t + (avg - t)`` may differ from
+    ``avg`` in the last bit), or ranks would not be bit-identical after a global average.
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class TorchPendingAverage(PendingAverage):
         self.weight = weight
         self.overlap = overlap
         self.targets = list(tensors)
+        self.position = 0 if all(_floating(t.dtype) for t in self.targets) else process_set.rank()
         self.snapshots = [
             t.detach().clone() if _floating(t.dtype) else _wide(t.detach()) for t in self.targets
         ]
@@ -133,7 +135,7 @@ class TorchPendingAverage(PendingAverage):
         return all(_hvd.poll(handle) for _, _, handle in self.parts)
 
     @torch.no_grad()
-    def apply(self, integers: bool = True) -> None:
+    def apply(self) -> None:
         for indices, floating, handle in self.parts:
             results, scale = _hvd.synchronize(handle), 1.0
             if floating:
@@ -142,8 +144,9 @@ class TorchPendingAverage(PendingAverage):
                 target = self.targets[i].data
                 if floating:
                     target.add_(result.to(target.dtype).sub_(self.snapshots[i]), alpha=scale)
-                elif integers:
-                    target.copy_(torch.div(result, self.size, rounding_mode="floor"))
+                else:
+                    share = _share(result, self.size, self.position)
+                    target.copy_(_narrow(_wide(target) + share - self.snapshots[i], target.dtype))
 
 
 def _weighted(data: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]:
@@ -200,10 +203,22 @@ def _floating(dtype: torch.dtype) -> bool:
 def _wide(t: torch.Tensor) -> torch.Tensor:
     """A copy of an integer or bool tensor as int64, so Horovod can sum it without overflow.
 
-    Integer buffers (BatchNorm's ``num_batches_tracked``, masks, counters) take their group's
-    floor mean, summed in int64: Horovod cannot reduce bool, and small integer types overflow.
+    Integer buffers (BatchNorm's ``num_batches_tracked``, masks, counters) are summed in
+    int64: Horovod cannot reduce bool, and small integer types overflow.
     """
     return t.to(torch.int64, copy=True)
+
+
+def _share(summed: torch.Tensor, size: int, position: int) -> torch.Tensor:
+    """``integer_share`` of each element of the group's int64 sums."""
+    quotient = torch.div(summed, size, rounding_mode="floor")
+    return quotient + (summed - quotient * size > position)
+
+
+def _narrow(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An int64 tensor as ``dtype``, clamped to its range (a corrected mask stays 0 or 1)."""
+    low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    return t.clamp(low, high).to(dtype)
 
 
 def wait(handle: int, timeout: float, name: str) -> Any:

@@ -24,6 +24,7 @@ from horovod_prague.common.overlap import (
     OverlappedAverager,
     PendingAverage,
     call_with_deadline,
+    integer_share,
     late_collective,
 )
 from horovod_prague.common.strategies import make_strategy
@@ -217,9 +218,9 @@ class FakePending(PendingAverage):
         self.polled += 1
         return self.polls is not None and self.polled > self.polls
 
-    def apply(self, integers: bool = True) -> None:
+    def apply(self) -> None:
         assert self.polls is not None and self.polled > self.polls, "applied before ready"
-        self.log.append(self.name if integers else f"{self.name}, floats only")
+        self.log.append(self.name)
 
 
 class BlockingBinding(Binding):
@@ -355,8 +356,8 @@ def test_make_room_waits_only_for_averages_sharing_a_partner():
     assert log == ["with 1"] and averager.in_flight() == 0 and averager.waits == 1
 
 
-def test_an_average_older_than_one_applied_leaves_integer_tensors_alone():
-    """Floating-point corrections add up in any order; a counter must not go back."""
+def test_an_average_older_than_one_applied_is_still_applied_whole():
+    """Corrections, integer ones included, add up in any order: none is skipped."""
     log: list = []
     averager = OverlappedAverager(staleness=3, timeout=1.0, in_flight=3)
     older = FakePending("older", log, polls=None)
@@ -367,7 +368,7 @@ def test_an_average_older_than_one_applied_leaves_integer_tensors_alone():
     averager.collect()
     older.polls, middle.polls = older.polled, middle.polled
     averager.drain()
-    assert log == ["newer", "older, floats only", "middle, floats only"]
+    assert log == ["newer", "older", "middle"]
 
 
 def test_overlap_flags_an_average_started_while_another_is_in_flight():
@@ -403,20 +404,28 @@ class ScalarAverage:
                     average.clock.now >= average.done_at
                 )
 
-            def apply(self, integers: bool = True) -> None:
+            def apply(self) -> None:
                 snapshots, flags = zip(*average.joined.values(), strict=True)
+                snapshot = average.joined[rank][0]
+                if isinstance(snapshot, int):  # a counter: its share of the sum, whole
+                    position = average.group.index(rank)
+                    share = integer_share(sum(snapshots), len(snapshots), position)
+                    average.values[rank] += share - snapshot
+                    return
                 mean, mean_flag = sum(snapshots) / len(snapshots), sum(flags) / len(flags)
                 scale = 1.0 if overlap is None else overlap.scale(mean_flag)
-                average.values[rank] += scale * (mean - average.joined[rank][0])
+                average.values[rank] += scale * (mean - snapshot)
 
         return Member()
 
 
-def _disagreement_after(steps: int, in_flight: int, damped: bool) -> tuple[float, float]:
+def _disagreement_after(
+    steps: int, in_flight: int, damped: bool, values: list[float] | None = None
+) -> tuple[float, float]:
     """Four ranks in lock step cycle through ``in_flight`` pair divisions ({0,1}{2,3},
     {0,2}{1,3}, then {0,3}{1,2}), so a partner comes back just as its last average completes,
     ``in_flight`` steps after its snapshot. (max |x - mean|, mean) after."""
-    values = [1.0, -1.0, -1.0, 1.0]
+    values = [1.0, -1.0, -1.0, 1.0] if values is None else values
     clock = Clock()
     averagers = [OverlappedAverager(staleness=1, timeout=1.0, in_flight=in_flight) for _ in values]
     divisions = [((0, 1), (2, 3)), ((0, 2), (1, 3)), ((0, 3), (1, 2))][:in_flight]
@@ -440,6 +449,18 @@ def _disagreement_after(steps: int, in_flight: int, damped: bool) -> tuple[float
 def test_averages_overlapping_along_a_cycle_of_ranks_converge_when_damped(k):
     spread, mean = _disagreement_after(80, in_flight=k, damped=True)
     assert spread < 1e-4 and abs(mean) < 1e-12
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("counts", [[10, -10, -10, 10], [7, 0, 3, 0], [5, 6, 5, 6]])
+def test_integer_corrections_along_a_cycle_keep_the_total_and_stay_bounded(k, counts):
+    """Counters out of step, corrected whole (``PendingAverage.apply``): the feedback that
+    damping cures for floats keeps the disagreement within its initial size and a count of
+    rounding, and the total
+    count is kept exactly, so the final world average gives every rank the exact count."""
+    spread, mean = _disagreement_after(80, in_flight=k, damped=True, values=list(counts))
+    initial = sum(counts) / len(counts)
+    assert mean == initial and spread <= max(abs(c - initial) for c in counts) + 1
 
 
 def test_undamped_overlapping_averages_along_a_cycle_of_ranks_never_converge():
@@ -526,7 +547,7 @@ class ReadyAt(PendingAverage):
     def ready(self) -> bool:
         return time.perf_counter() >= self.at
 
-    def apply(self, integers: bool = True) -> None:
+    def apply(self) -> None:
         pass
 
 

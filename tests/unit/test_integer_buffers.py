@@ -1,0 +1,253 @@
+"""Integer tensors under overlapped averages, with Horovod's collectives stood in for in-process.
+
+The members of a group are objects in one process: each starts its framework's pending
+average on its own tensors, goes on counting, then applies it, as a rank does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from horovod_prague.common.overlap import Overlap, integer_share
+from horovod_prague.torch import binding as torch_binding
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+class GroupCollectives:
+    """Horovod's grouped all-reduce over ``size`` members that call it in turn.
+
+    ``grouped_allreduce`` (TensorFlow's, blocking) waits on a thread until every member has
+    sent; the async calls (PyTorch's) return a handle that polls ready once all have.
+    """
+
+    Sum, Average = "sum", "average"
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.sent: dict[str, list[tuple[str, list[np.ndarray]]]] = {}
+        self.handles: list[str] = []
+        self.changed = threading.Condition()
+
+    def _send(self, name: str, op: str, tensors: list[np.ndarray]) -> None:
+        with self.changed:
+            self.sent.setdefault(name, []).append((op, tensors))
+            self.changed.notify_all()
+
+    def _reduced(self, name: str) -> list[np.ndarray]:
+        (op, _), *_ = sent = self.sent[name]
+        columns = zip(*(tensors for _, tensors in sent), strict=True)
+        return [np.asarray(np.sum(c, 0) if op == self.Sum else np.mean(c, 0)) for c in columns]
+
+    def grouped_allreduce_async(self, tensors, op, name, process_set):  # noqa: ARG002
+        self._send(name, op, [t.numpy().copy() for t in tensors])
+        self.handles.append(name)
+        return len(self.handles) - 1
+
+    grouped_allreduce_async_ = grouped_allreduce_async
+
+    def poll(self, handle: int) -> bool:
+        return len(self.sent[self.handles[handle]]) == self.size
+
+    def synchronize(self, handle: int) -> list[torch.Tensor]:
+        return [torch.from_numpy(r) for r in self._reduced(self.handles[handle])]
+
+    def grouped_allreduce(self, tensors, op, name, process_set):  # noqa: ARG002
+        import tensorflow as tf
+
+        self._send(name, op, [np.array(t.numpy()) for t in tensors])
+        with self.changed:
+            self.changed.wait_for(lambda: len(self.sent[name]) == self.size, timeout=10)
+        return [tf.constant(r) for r in self._reduced(name)]
+
+
+def _member(position: int) -> Any:
+    """A process set as one member sees it: Horovod's ``rank()`` is its position in the set."""
+    return types.SimpleNamespace(rank=lambda: position)
+
+
+class Torch:
+    """One member's model: float weights, an int64 counter, a bool mask, an int8 code."""
+
+    def __init__(self, count: int) -> None:
+        self.weight = torch.zeros(2)
+        self.counter = torch.tensor(count)
+        self.mask = torch.tensor([True, False])
+        self.code = torch.tensor([120, -120], dtype=torch.int8)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.weight, self.counter, self.mask, self.code]
+
+    def count(self, by: int = 1) -> None:
+        self.counter += by
+        self.weight += by
+
+    def values(self) -> tuple[int, list[bool], list[int], list[float]]:
+        return (
+            int(self.counter),
+            self.mask.tolist(),
+            self.code.tolist(),
+            self.weight.tolist(),
+        )
+
+    @staticmethod
+    def start(
+        hvd: GroupCollectives,
+        tensors: list[Any],
+        position: int,
+        overlap: Overlap | None,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> Any:
+        monkeypatch.setattr(torch_binding, "_hvd", hvd)
+        return torch_binding.TorchPendingAverage(
+            tensors, "g", _member(position), hvd.size, overlap=overlap
+        )
+
+
+class Tensorflow:
+    """The same model as ``Torch``'s, as TensorFlow variables."""
+
+    def __init__(self, count: int) -> None:
+        import tensorflow as tf
+
+        self.tf = tf
+        self.weight = tf.Variable([0.0, 0.0])
+        self.counter = tf.Variable(count, dtype=tf.int64)
+        self.mask = tf.Variable([True, False])
+        self.code = tf.Variable([120, -120], dtype=tf.int8)
+
+    def tensors(self) -> list[Any]:
+        return [self.weight, self.counter, self.mask, self.code]
+
+    def count(self, by: int = 1) -> None:
+        self.counter.assign_add(by)
+        self.weight.assign_add([float(by)] * 2)
+
+    def values(self) -> tuple[int, list[bool], list[int], list[float]]:
+        return (
+            int(self.counter.numpy()),
+            self.mask.numpy().tolist(),
+            self.code.numpy().tolist(),
+            self.weight.numpy().tolist(),
+        )
+
+    @staticmethod
+    def start(
+        hvd: GroupCollectives,
+        tensors: list[Any],
+        position: int,
+        overlap: Overlap | None,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> Any:
+        tf_binding = pytest.importorskip("horovod_prague.tensorflow.binding")
+        monkeypatch.setattr(tf_binding, "_hvd", hvd)
+        return tf_binding.TensorflowPendingAverage(
+            tensors, "g", _member(position), hvd.size, None, overlap
+        )
+
+
+FRAMEWORKS = pytest.mark.parametrize("framework", [Torch, Tensorflow], ids=["torch", "tf"])
+
+
+def _average(
+    framework: Any,
+    models: list[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    between: Callable[[], None] = lambda: None,
+    overlap: Overlap | None = None,
+) -> None:
+    """Every member starts the group's average on a snapshot, ``between`` runs, each applies."""
+    hvd = GroupCollectives(len(models))
+    pending = [
+        framework.start(hvd, m.tensors(), position, overlap, monkeypatch)
+        for position, m in enumerate(models)
+    ]
+    between()
+    _apply(pending)
+
+
+def _apply(pending: list[Any]) -> None:
+    for p in pending:
+        torch_binding.wait_until(p.ready, 10.0, lambda: "the stand-in group never completed")
+        p.apply()
+
+
+@FRAMEWORKS
+def test_counters_keep_the_steps_taken_while_the_average_ran(framework, monkeypatch):
+    """Members in step at 5, each counts 3 more before the average is applied: 8, not 5."""
+    models = [framework(5), framework(5)]
+
+    def three_steps() -> None:
+        for m in models:
+            m.count(3)
+
+    _average(framework, models, monkeypatch, three_steps)
+    assert [m.values()[0] for m in models] == [8, 8]
+
+
+@FRAMEWORKS
+def test_a_counter_counting_every_step_with_an_average_every_step_counts_the_steps(
+    framework, monkeypatch
+):
+    """Each step starts an average, applied at the end of the next, as ``staleness=1`` does:
+    before the fix every counter stayed at 1."""
+    models = [framework(0), framework(0)]
+    pending: list[Any] = []
+    for _ in range(10):
+        for m in models:
+            m.count()
+        _apply(pending)
+        hvd = GroupCollectives(len(models))
+        pending = [
+            framework.start(hvd, m.tensors(), position, None, monkeypatch)
+            for position, m in enumerate(models)
+        ]
+    _apply(pending)
+    assert [m.values()[0] for m in models] == [10, 10]
+
+
+@FRAMEWORKS
+@pytest.mark.parametrize("counts", [[4, 5], [5, 4], [0, 3, 7], [9, -2, 1, 6]])
+def test_counters_out_of_step_keep_the_group_total_and_their_own_increments(
+    framework, counts, monkeypatch
+):
+    models = [framework(c) for c in counts]
+
+    def one_step() -> None:
+        for m in models:
+            m.count()
+
+    _average(framework, models, monkeypatch, one_step)
+    total, size = sum(counts), len(counts)
+    expected = [integer_share(total, size, p) + 1 for p in range(size)]
+    assert [m.values()[0] for m in models] == expected
+    assert sum(expected) == total + size
+    assert max(expected) - min(expected) <= 1
+
+
+@FRAMEWORKS
+def test_integer_corrections_are_not_damped(framework, monkeypatch):
+    """An average flagged as overlapping another: floats move half way, counters whole."""
+    models = [framework(0), framework(0)]
+    models[1].count(4)
+    _average(framework, models, monkeypatch, overlap=Overlap(True, 0.5))
+    assert [m.values()[0] for m in models] == [2, 2]
+    assert [m.values()[3] for m in models] == [[1.0, 1.0], [3.0, 3.0]]
+
+
+@FRAMEWORKS
+def test_masks_and_small_integers_keep_their_dtype_and_range(framework, monkeypatch):
+    """A bool mask and int8 codes equal on every member are left as they are."""
+    models = [framework(0), framework(0)]
+    _average(framework, models, monkeypatch)
+    for m in models:
+        _, mask, code, _ = m.values()
+        assert (mask, code) == ([True, False], [120, -120])
