@@ -3,8 +3,12 @@
 # (blocking) and the overlapped design with one and two averages in flight, even and uneven
 # ends. Each job checks that every pair of ranks ran their shared groups in the same order
 # and that every rank ends with the same model. CI runs the same test with 4 ranks and 500
-# steps.
+# steps. Then models with integer buffers (a counter, BatchNorm's num_batches_tracked, a
+# Keras integer variable) on 8 ranks, 500 steps, under the default two averages in flight:
+# every counter ends at the number of steps on every rank (CI: 2 ranks, 10 steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PRAGUE_SOAK_RANKS=8 PRAGUE_SOAK_STEPS=2000 exec .venv/bin/python -m pytest -q -p no:cacheprovider \
+PRAGUE_SOAK_RANKS=8 PRAGUE_SOAK_STEPS=2000 .venv/bin/python -m pytest -q -p no:cacheprovider \
     tests/integration/test_prague.py -k many_steps "$@"
+PRAGUE_INT_RANKS=8 PRAGUE_INT_STEPS=500 exec .venv/bin/python -m pytest -q -p no:cacheprovider \
+    tests/integration/test_integer_buffers.py "$@"

@@ -1,0 +1,65 @@
+"""A Keras model with an integer variable that counts its training calls, under Prague's
+default (overlapped averages, two in flight).
+
+    tf_integer_buffers.py STEPS
+
+The counter is a non-trainable int64 variable of a layer, averaged as part of the model
+(``DistributedOptimizer(model=...)``). After ``model.fit`` over STEPS batches and
+``hvd.shutdown()`` (the final world average), each rank reports the counter, the
+optimizer's ``iterations`` and a digest of the model's variables.
+"""
+
+import hashlib
+import os
+import sys
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+from _report import report  # noqa: E402
+
+import horovod_prague.keras as hvd  # noqa: E402
+
+
+class Counted(keras.layers.Layer):
+    def build(self, input_shape: tf.TensorShape) -> None:
+        self.kernel = self.add_weight("kernel", (input_shape[-1], 1))
+        self.calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="calls")
+
+    def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        if training:
+            self.calls.assign_add(1)
+        return x @ self.kernel
+
+
+steps = int(sys.argv[1])
+hvd.init()
+rank = hvd.rank()
+layer = Counted()
+model = keras.Sequential([keras.Input((4,)), layer])
+optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05), model=model)
+model.compile(optimizer=optimizer, loss="mse")
+rng = np.random.default_rng(rank)
+x = rng.normal(size=(8 * steps, 4)).astype("float32")
+y = x.sum(1, keepdims=True) + rank
+model.fit(
+    x,
+    y,
+    batch_size=8,
+    epochs=1,
+    shuffle=False,
+    verbose=0,
+    callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)],
+)
+hvd.shutdown()
+report(
+    {
+        "calls": int(layer.calls.numpy()),
+        "iterations": int(optimizer.iterations.numpy()),
+        "digest": hashlib.sha256(
+            b"".join(v.numpy().tobytes() for v in model.variables)
+        ).hexdigest(),
+    }
+)
