@@ -585,9 +585,11 @@ class Hosts:
             _write_json(self.state_dir / "state.json", state)
 
     def reset(self) -> None:
-        """Back to as ``up`` left it: no shaping, and no process but sshd in the hosts."""
+        """Back to as ``up`` left it: links up and not shaped, no process but sshd in the
+        hosts."""
         self.shape(None)
         for i in range(len(self.names)):
+            _sh("ip", "-n", self.netns(i), "link", "set", BRIDGE, "up")
             keep = self._sshd_pid(i)
             _kill_all([p for p in _netns_pids(self.netns(i)) if p != keep], grace=1.0)
 

@@ -20,29 +20,57 @@ from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
+from . import diagnosis
 from .config import PragueConfig
 from .group_generator import Owed, WorldGroup, holding_up
 from .overlap import GroupWaitTimeout, Overlap, OverlappedAverager, PendingAverage, awaiting
+from .protocol import CoordinatorTimeout
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
 
 
 def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method``, whose GroupWaitTimeout also names the rank that most likely holds it up."""
+    """``method``, whose errors that say a rank is gone also name the rank that most likely
+    holds it up, or the ranks and host that are lost (same exception type, longer message)."""
 
     @functools.wraps(method)
     def call(self: Binding, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
-        except GroupWaitTimeout as e:
-            if getattr(e, "names_the_stopped_rank", False):
+        except Exception as e:
+            if getattr(e, "names_the_stopped_rank", False) or not _says_a_rank_is_gone(e):
                 raise
-            named = GroupWaitTimeout(f"{e}. {self._holding_up(e.group)}")
-            named.group = e.group
+            if isinstance(e, GroupWaitTimeout):
+                named = GroupWaitTimeout(f"{e}. {self._holding_up(e.group)}")
+                named.group = e.group
+                named.names_the_stopped_rank = True  # type: ignore[attr-defined]
+                raise named from None
+            named = _with_more(e, self._gone())
             named.names_the_stopped_rank = True  # type: ignore[attr-defined]
-            raise named from None
+            if named is e:
+                raise
+            raise named from e
 
     return call
+
+
+def _says_a_rank_is_gone(error: Exception) -> bool:
+    """A missed deadline, a Group Generator that is gone or silent, or Horovod's own error (a
+    peer's connection closed: Horovod shuts down and fails every collective)."""
+    return isinstance(error, (GroupWaitTimeout, ConnectionError, CoordinatorTimeout)) or any(
+        cls.__name__ == "HorovodInternalError" for cls in type(error).__mro__
+    )
+
+
+def _with_more(error: Exception, more: str) -> Exception:
+    """``error``'s type with ``more`` after its message (a note where the type cannot)."""
+    if not more:
+        return error
+    try:
+        return type(error)(f"{error}. {more}")
+    except TypeError:
+        error.add_note(more)
+        return error
 
 
 class Binding(abc.ABC):
@@ -297,42 +325,54 @@ class Binding(abc.ABC):
             pass
 
     def _holding_up(self, group: Group | None) -> str:
-        """Which rank most likely holds up this rank's wait on ``group``.
+        """Which rank most likely holds up this rank's wait on ``group``, and which ranks and
+        hosts are gone.
 
         Ranks report the groups they wait on long (``awaiting``): following who waits on
         whom from ``group`` leads to the ranks that wait on nothing, which have stopped or
         hung. Without ``group``, or where that finds none, the rank that has not asked the
-        Group Generator for anything for the longest time.
+        Group Generator for anything for the longest time. Then (``diagnosis``) the ranks
+        whose connection ended before they finished, and hosts none of whose ranks has been
+        heard from for a quarter of the timeout.
         """
-        rank = self.runtime().rank
+        rt = self.runtime()
         try:
-            stats = self.runtime().client.stats()
+            stats = rt.client.stats()
         except Exception as e:  # noqa: BLE001  (any failure here says rank 0 is in trouble)
             return (
-                f"The Group Generator on rank 0 did not answer either ({e}): rank 0 may be "
-                "the one that stopped"
+                f"The Group Generator on rank 0 did not answer either ({e}): "
+                f"{diagnosis.unreachable_generator(rt.hosts)}"
             )
         silence: list[float | None] = stats.get("silence") or []
         waits = [None if w is None else tuple(w) for w in stats.get("waits") or []]
+        lost = diagnosis.gone(stats.get("lost") or [], rt.hosts)
+        cut_off = diagnosis.silent_hosts(rt.hosts, silence, waits, rt.config.timeout / 4)
+        hosts = "".join(f". {part}" for part in (lost, cut_off) if part)
         if group is not None and len(waits) == len(silence):
-            stopped = [r for r in holding_up(group, rank, waits) if silence[r] is not None]
+            stopped = [r for r in holding_up(group, rt.rank, waits) if silence[r] is not None]
             if stopped:
                 who = f"Rank {stopped[0]}" if len(stopped) == 1 else f"Ranks {stopped}"
                 ago = ", ".join(f"{silence[r]:.1f} s" for r in stopped)
                 return (
                     f"{who} held up group {list(group)}: waited for, directly or through "
                     f"other groups, while waiting on no group, and silent towards the Group "
-                    f"Generator for {ago}: most likely stopped or hung"
+                    f"Generator for {ago}: most likely stopped or hung{hosts}"
                 )
         candidates = [r for r, seconds in enumerate(silence) if seconds is not None]
         if not candidates:
-            return ""
+            return hosts[2:]
         silent = max(candidates, key=silence.__getitem__)
         return (
             f"Rank {silent} last asked the Group Generator for a group {silence[silent]:.1f} s "
             "ago, the longest of all ranks: most likely it stopped or hung, holding up every "
-            "group that waits for it"
+            f"group that waits for it{hosts}"
         )
+
+    def _gone(self) -> str:
+        """After an error that says a rank is gone: which ranks and hosts (``_holding_up``)."""
+        if self._runtime is None or not self._runtime.started:
+            return ""
+        return self._holding_up(None)
 
     def _occurrence(self, group: Group, values: Sequence[Any]) -> str:
         """The collective name of ``group``'s next occurrence on this rank.

@@ -134,6 +134,9 @@ class GroupGeneratorServer:
         self.rejected: collections.Counter[str] = collections.Counter(dict.fromkeys(REJECTED, 0))
         self.dropped: collections.Counter[str] = collections.Counter(dict.fromkeys(DROPPED, 0))
         self.generator_errors = 0
+        self.lost: set[int] = set()
+        """Ranks whose connection ended before they finished: most likely their process or
+        host is gone."""
         self._scan_every = min(1.0, handshake_timeout / 10, (idle_timeout or math.inf) / 10)
         self._listener = socket.create_server((host, port))
         self._listener.setblocking(False)
@@ -341,6 +344,7 @@ class GroupGeneratorServer:
             "generations": gg.generations,
             "silence": gg.silence(),
             "waits": [None if w is None else list(w) for w in gg.waits()],
+            "lost": sorted(self.lost),
             "rejected": dict(self.rejected),
             "dropped": dict(self.dropped),
             "generator_errors": self.generator_errors,
@@ -425,6 +429,8 @@ class GroupGeneratorServer:
         self._pending.pop(conn, None)
         if conn.rank is not None and self._ranks.get(conn.rank) is conn:
             del self._ranks[conn.rank]
+            if conn.rank in self.generator.active:
+                self.lost.add(conn.rank)
         try:
             self._selector.unregister(conn.sock)
         except (KeyError, ValueError):

@@ -57,6 +57,8 @@ class PragueRuntime:
         self.pool = ProcessSetPool(
             hvd, strategy.groups(), self.topology.size, self.rank, registered
         )
+        self.hosts: list[str] = []
+        """Each rank's host name (known once started)."""
         self.syncs = 0
         self.finished = False
         self.finals = 0
@@ -74,7 +76,7 @@ class PragueRuntime:
         if self._client is not None:
             return
         _check_agreement(self.hvd, self.config)
-        topology = _topology(self.hvd)
+        topology, self.hosts = _layout(self.hvd)
         if topology != self.topology:
             raise RuntimeError(f"Prague was set up for {self.topology}, Horovod reports {topology}")
         self._client = self._connect()
@@ -203,16 +205,18 @@ def initialize(
     return PragueRuntime(hvd, config, strategy, registered)
 
 
-def _topology(hvd: ModuleType) -> Topology:
-    """The job's layout as Horovod reports it: every rank's node, by its first rank."""
+def _layout(hvd: ModuleType) -> tuple[Topology, list[str]]:
+    """The job's layout as Horovod reports it (every rank's node, by its first rank), and each
+    rank's host name: the launcher's (``-H``) where it gave one."""
+    host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
     where = hvd.allgather_object(
-        (hvd.rank() - hvd.local_rank(), hvd.local_size()), name="prague.layout"
+        (hvd.rank() - hvd.local_rank(), hvd.local_size(), host), name="prague.layout"
     )
-    topology = Topology.of_node_starts(dict(where), hvd.size())
+    nodes = {first: size for first, size, _ in where}
+    topology = Topology.of_node_starts(nodes, hvd.size())
     if topology is None:
-        nodes = sorted(set(where))
-        raise RuntimeError(f"Horovod reports nodes that do not tile the ranks: {nodes}")
-    return topology
+        raise RuntimeError(f"Horovod reports nodes that do not tile the ranks: {sorted(nodes)}")
+    return topology, [name for _, _, name in where]
 
 
 def _check_agreement(hvd: ModuleType, config: PragueConfig) -> None:

@@ -48,17 +48,45 @@ def launch_command(np: int, controller: str) -> list[str]:
     raise ValueError(f"unknown controller {controller!r}")
 
 
-def run_ranks(
+@dataclasses.dataclass
+class RunningJob:
+    """A job started by ``start_ranks``; ``wait`` collects it."""
+
+    proc: subprocess.Popen
+    out_dir: Path
+    log: Path
+    what: str
+
+    def wait(self, timeout: float) -> Job:
+        """The finished job; kills it with every process it started past ``timeout``."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(self.proc.pid)
+            self.proc.wait()
+            output = self.log.read_text(errors="replace")
+            raise AssertionError(
+                f"{self.what} did not finish in {timeout:g}s; killed. Every rank's output is "
+                f"in {self.log}. Its end:\n{output[-6000:]}"
+            ) from None
+        output = self.log.read_text(errors="replace")
+        reports = [json.loads(p.read_text()) for p in sorted(self.out_dir.glob("rank*.json"))]
+        reports.sort(key=lambda r: r.get("rank", 0))
+        return Job(self.proc.returncode, output, reports, self.log)
+
+
+def start_ranks(
     script: str,
     tmp_path: Path,
     np: int = 4,
     controller: str = "gloo",
     args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
-    timeout: float = 240,
     launcher: list[str] | None = None,
     launcher_flags: tuple[str, ...] = (),
-) -> Job:
+) -> RunningJob:
+    """Start ``script`` on ``np`` ranks (``launcher``: the command before the script, by
+    default ``horovodrun`` on this host); its whole output goes to a kept log."""
     out_dir = tmp_path / "reports"
     out_dir.mkdir(parents=True, exist_ok=True)
     full_env = {
@@ -78,28 +106,22 @@ def run_ranks(
         str(WORKERS / script),
         *args,
     ]
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=full_env,
-        text=True,
-        start_new_session=True,
-    )
     log = _kept_log(tmp_path)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_tree(proc.pid)
-        output, _ = proc.communicate()
-        log.write_text(output)
-        raise AssertionError(
-            f"{script} on {np} ranks ({controller}) did not finish in {timeout:g}s; "
-            f"killed. Every rank's output is in {log}. Its end:\n{output[-6000:]}"
-        ) from None
-    log.write_text(output)
-    reports = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
-    return Job(proc.returncode, output, sorted(reports, key=lambda r: r.get("rank", 0)), log)
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            text=True,
+            start_new_session=True,
+        )
+    return RunningJob(proc, out_dir, log, f"{script} on {np} ranks ({controller})")
+
+
+def run_ranks(script: str, tmp_path: Path, timeout: float = 240, **options: Any) -> Job:
+    """Run ``script`` to its end; ``options`` as for ``start_ranks``."""
+    return start_ranks(script, tmp_path, **options).wait(timeout)
 
 
 def _kept_log(tmp_path: Path) -> Path:

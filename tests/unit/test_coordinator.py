@@ -540,3 +540,19 @@ def test_ranks_say_what_they_wait_on_and_stats_tell_everyone(server):
         with pytest.raises(RuntimeError, match="not a group of rank 1|must be a list of ranks"):
             clients[1].request("waiting", group=bad)
     assert clients[0].stats()["waits"] == [None, None, None, [1, 3]]
+
+
+def test_stats_name_the_ranks_whose_connection_ended_before_they_finished(server):
+    """A rank whose connection ends while it still trains is *lost* (its process or host most
+    likely died); one that finished first, or never connected, is not."""
+    clients = [client(server, r) for r in range(4)]
+    for c in clients[:3]:
+        c.hello("fp")
+    clients[1].finish()
+    clients[1].close()
+    clients[2].close()
+    deadline = time.monotonic() + 5
+    while not (lost := clients[0].stats()["lost"]) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the server sees the closed connection on its own thread
+    assert lost == [2]
+    assert server.lost == {2}
