@@ -372,9 +372,9 @@ def test_broadcast_optimizer_state_no_grad():
     assert _same_on_all_ranks(model.a) and _same_on_all_ranks(model.b)
 
 
-def test_sync_every_and_average_model():
+def test_average_model_after_steps():
     model = _model()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), sync_every=2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
     for _ in range(4):
         opt.zero_grad()
         model(_rank_data(2, 4)).sum().backward()
