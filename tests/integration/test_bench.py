@@ -27,7 +27,9 @@ def test_a_tiny_bench_run_writes_its_table_json_and_plots(tmp_path, framework):
     # Rows of another framework than PyTorch name it: "prague (tensorflow)".
     suffix = "" if framework == "torch" else f" ({framework})"
     rows = {r["system"].removesuffix(suffix): r for r in results["summary"]}
-    assert rows["allreduce"]["throughput"] == 1.0
+    # Ratios are to the faster All-Reduce of the block (stock, or allreduce-poll where it ran).
+    baselines = [rows[b]["throughput"] for b in ("allreduce", "allreduce-poll") if b in rows]
+    assert max(baselines) == 1.0 and min(baselines) <= 1.0
     assert rows["prague"]["same_model"] and rows["allreduce"]["same_model"]
     assert rows["prague"]["bound"] == pytest.approx(2.5, abs=0.05)  # one 3x rank of 4
     runs = {r["system"]: r for r in results["runs"]}
