@@ -108,12 +108,18 @@ class Binding(abc.ABC):
         process_set: Any,
         size: int,
         overlap: Overlap | None = None,
+        share_of: int | None = None,
     ) -> None:
         """Average ``tensors`` in place over ``process_set`` in one fused Horovod collective,
         each member weighted by its ``average_weight()`` unless that is None. With
         ``overlap``, its flag travels in the collective as in ``start_average`` (a group may
         be averaged blocking by one member and overlapped by another: both must send the
-        same tensors), and the tensors move ``overlap.scale`` of the way to the average."""
+        same tensors), and the tensors move ``overlap.scale`` of the way to the average.
+
+        Integer tensors are summed. With ``share_of``, this rank's position in the group,
+        each takes its ``integer_share`` of the sum, as an overlapped average's correction
+        does, so the group's total is kept whether its members run it blocking or
+        overlapped; without, the floor mean, the same on every member (a consensus)."""
 
     def start_average(
         self,
@@ -208,10 +214,14 @@ class Binding(abc.ABC):
         self._note_exchange(values)
         self._average_group(values, group)
 
-    def _average_group(self, values: list[Any], group: Group) -> None:
+    def _average_group(self, values: list[Any], group: Group, consensus: bool = False) -> None:
+        """A blocking average of ``group``. A consensus (a world average of a sync or of the
+        periodic ``WorldGroup``, which every member runs blocking) leaves integers equal on
+        every member; a group average keeps their total (``average``'s ``share_of``)."""
         if len(group) < 2 or not values:
             return
         rt = self.runtime()
+        consensus = consensus or isinstance(group, WorldGroup)
         if self._averager is not None:
             # Averages in flight are applied first: one with any of these members would
             # correct their difference twice, and on the same process set Horovod's eager
@@ -224,6 +234,7 @@ class Binding(abc.ABC):
                 rt.process_set(group),
                 len(group),
                 self._overlap(),
+                None if consensus else sorted(group).index(rt.rank),
             )
 
     def _overlap(self) -> Overlap | None:
@@ -403,7 +414,7 @@ class Binding(abc.ABC):
             self._average_group(step_values, group)
         world_values = self._world_tensors(values)
         for _ in range(owed.world_averages):
-            self._average_group(world_values, self.runtime().world)
+            self._average_group(world_values, self.runtime().world, consensus=True)
 
     @_naming_the_stopped_rank
     def drain(self) -> None:

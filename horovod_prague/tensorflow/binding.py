@@ -68,6 +68,7 @@ class TensorflowBinding(Binding):
         process_set: Any,
         size: int,
         overlap: Overlap | None = None,
+        share_of: int | None = None,
     ) -> None:
         timeout = self.config().timeout
         for part in _by_dtype(variables, name, self.average_weight(), overlap):
@@ -77,7 +78,7 @@ class TensorflowBinding(Binding):
                 timeout,
                 lambda tag=part.tag: late_collective(tag, timeout),
             )
-            averages, scale = part.received(reduced, size)
+            averages, scale = part.received(reduced, size, share_of)
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
                 if scale == 1.0:
                     v.assign(a)  # exactly the group's result: consensus is bit-identical
@@ -171,8 +172,8 @@ class _DtypePart:
     Floating-point values are averaged, each weighted by ``weight`` when it is given (sent as
     ``weight * value`` with the weight itself, so the group's mean of both gives the weighted
     average); integer and bool ones summed in int64 (small types overflow and Horovod cannot
-    sum bool), and each variable takes its group's floor mean. With ``overlap``, a
-    floating-point part also sends its flag, last (``Overlap``).
+    sum bool), and each variable takes its group's floor mean or its share (``received``).
+    With ``overlap``, a floating-point part also sends its flag, last (``Overlap``).
     """
 
     def __init__(
@@ -207,8 +208,11 @@ class _DtypePart:
             sent = [*sent, tf.fill([1], tf.constant(self.overlap.flag, sent[-1].dtype))]
         return _hvd.grouped_allreduce(sent, op=op, name=self.tag, process_set=process_set)
 
-    def received(self, reduced: list[tf.Tensor], size: int) -> tuple[list[tf.Tensor], float]:
-        """The averages in ``reduce``'s result, and the scale the members agreed on."""
+    def received(
+        self, reduced: list[tf.Tensor], size: int, share_of: int | None = None
+    ) -> tuple[list[tf.Tensor], float]:
+        """The averages in ``reduce``'s result, and the scale the members agreed on; integer
+        ones the floor mean, or with ``share_of`` that member's share of the sum."""
         scale = 1.0
         if self.overlap is not None:
             scale = self.overlap.scale(float(tf.math.real(reduced[-1][0])))
@@ -217,7 +221,9 @@ class _DtypePart:
             return [tf.cast(r / reduced[-1][0], self.dtype) for r in reduced[:-1]], scale
         if self.floating:
             return list(reduced), scale
-        return [tf.cast(s // size, self.dtype) for s in reduced], scale
+        if share_of is None:
+            return [tf.cast(s // size, self.dtype) for s in reduced], scale
+        return [_narrow(_share(s, size, share_of), self.dtype) for s in reduced], scale
 
 
 def _by_dtype(

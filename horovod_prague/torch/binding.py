@@ -35,6 +35,7 @@ class TorchBinding(Binding):
         process_set: Any,
         size: int,
         overlap: Overlap | None = None,
+        share_of: int | None = None,
     ) -> None:
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for t in tensors:
@@ -53,7 +54,10 @@ class TorchBinding(Binding):
                     tag,
                 )
                 for t, s in zip(data, summed, strict=True):
-                    t.copy_(torch.div(s, size, rounding_mode="floor"))
+                    if share_of is None:
+                        t.copy_(torch.div(s, size, rounding_mode="floor"))
+                    else:
+                        t.copy_(_narrow(_share(s, size, share_of), t.dtype))
             elif weight is None and overlap is None:
                 wait(
                     _hvd.grouped_allreduce_async_(

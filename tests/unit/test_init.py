@@ -43,7 +43,7 @@ class StandInBinding(Binding):
     def tensors(self, source):
         return list(source)
 
-    def average(self, tensors, name, process_set, size, overlap=None):
+    def average(self, tensors, name, process_set, size, overlap=None, share_of=None):
         raise AssertionError("no average in these tests")
 
 

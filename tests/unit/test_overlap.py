@@ -238,7 +238,7 @@ class BlockingBinding(Binding):
     def tensors(self, source):
         return list(source)
 
-    def average(self, tensors, name, process_set, size, overlap=None):
+    def average(self, tensors, name, process_set, size, overlap=None, share_of=None):
         flag = None if overlap is None else overlap.flag
         self.log.append(("blocking", process_set, self._averager.in_flight(), flag))
 

@@ -8,22 +8,16 @@ without a hang, and that a world average pairs the same tensors on every rank.
 
 from __future__ import annotations
 
-import threading
-import types
-from collections.abc import Callable, Sequence
-from typing import Any
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from in_process import Collectives, InProcessBinding, InProcessRuntime, run_ranks
 from simulate import assert_shared_groups_in_one_order, simulate
 
-from horovod_prague.common.binding import Binding
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.group_generator import GroupGenerator, Owed, WorldGroup
-from horovod_prague.common.overlap import Overlap
-from horovod_prague.common.strategies import Group, make_strategy
+from horovod_prague.common.strategies import make_strategy
 from horovod_prague.common.topology import Topology
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,104 +111,6 @@ def test_the_world_group_with_syncs_never_deadlocks(strategy, size, every, steps
         collective_after_sync=even,
     )
     assert_shared_groups_in_one_order(history, size)
-
-
-class Collectives:
-    """Every in-process rank's averages, matched by collective name."""
-
-    def __init__(self, timeout: float = 5.0) -> None:
-        self.timeout = timeout
-        self.calls: dict[str, dict[int, list[np.ndarray]]] = {}
-        self.names: list[tuple[int, str]] = []
-        self.cond = threading.Condition()
-
-    def average(self, name: str, group: Group, rank: int, values: Sequence[np.ndarray]) -> None:
-        with self.cond:
-            self.names.append((rank, name))
-            sent = self.calls.setdefault(name, {})
-            sent[rank] = [v.copy() for v in values]
-            self.cond.notify_all()
-            if not self.cond.wait_for(lambda: len(sent) == len(group), self.timeout):
-                raise TimeoutError(f"rank {rank} waited on {name} with group {group}")
-            means = [np.mean([sent[r][i] for r in group], axis=0) for i in range(len(values))]
-        for v, m in zip(values, means, strict=True):
-            v[...] = m
-
-
-class InProcessRuntime:
-    """What ``Binding`` asks of ``PragueRuntime``, with the GG called directly."""
-
-    def __init__(self, gg: GroupGenerator, rank: int, sync_every: int) -> None:
-        self.gg = gg
-        self.rank = rank
-        self.config = types.SimpleNamespace(weighting="equal", timeout=5.0, sync_every=sync_every)
-        self.started = True
-        self.world = gg.world
-        self.topology = types.SimpleNamespace(size=gg.size)
-        self.finished = False
-        self.finals = 0
-        self.syncs = 0
-        self.client = types.SimpleNamespace(waiting=lambda group: None)
-
-    def next_group(self) -> Group:
-        return self.gg.next_group(self.rank)
-
-    def sync(self) -> Owed | None:
-        self.syncs += 1
-        return self.gg.sync(self.rank, self.syncs)
-
-    def finish(self) -> Owed:
-        if self.finished:
-            return Owed([], 0)
-        self.finished = True
-        return self.gg.finish(self.rank)
-
-    def process_set(self, group: Group) -> Group:
-        return tuple(group)
-
-    def name(self, group: Group) -> str:
-        return "prague." + "-".join(map(str, group))
-
-
-class InProcessBinding(Binding):
-    def __init__(self, runtime: InProcessRuntime, collectives: Collectives) -> None:
-        super().__init__(hvd=types.SimpleNamespace(global_process_set=runtime.world))
-        self._runtime = runtime  # type: ignore[assignment]
-        self.collectives = collectives
-
-    def tensors(self, source: Any) -> list[Any]:
-        return list(source)
-
-    def average(
-        self,
-        tensors: Sequence[Any],
-        name: str,
-        process_set: Any,
-        size: int,
-        overlap: Overlap | None = None,
-    ) -> None:
-        self.collectives.average(name, process_set, self._runtime.rank, tensors)
-
-
-def run_ranks(size: int, sync_every: int, script: Callable[[int, InProcessBinding], None]) -> None:
-    gg = GroupGenerator(
-        make_strategy(PragueConfig(strategy="random"), Topology(size, size)), sync_every
-    )
-    collectives = Collectives()
-    errors: list[BaseException] = []
-
-    def rank_main(rank: int) -> None:
-        try:
-            script(rank, InProcessBinding(InProcessRuntime(gg, rank, sync_every), collectives))
-        except BaseException as e:  # noqa: BLE001  (reported by the test)
-            errors.append(e)
-
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors, errors
 
 
 @pytest.mark.parametrize(("steps", "sync_every"), [((1, 3), 2), ((0, 5), 2), ((2, 7, 4), 3)])
