@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from . import diagnosis
 from .config import PragueConfig
@@ -27,6 +27,8 @@ from .overlap import GroupWaitTimeout, Overlap, OverlappedAverager, PendingAvera
 from .protocol import CoordinatorTimeout
 from .runtime import PragueRuntime, initialize
 from .strategies import Group
+
+T = TypeVar("T")
 
 
 def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -436,27 +438,34 @@ class Binding(abc.ABC):
         values = self.tensors(model_or_tensors)
         self.drain()
         if rt.finished:
-            rt.finals += 1
-            with awaiting(rt.world, self._report_waiting):
-                self.average(
-                    self._world_tensors(values),
-                    f"prague.final.{rt.finals}",
-                    self.hvd.global_process_set,
-                    rt.topology.size,
-                    self._overlap(),
-                )
+            self._final_average(values)
             return True
         owed = rt.sync()
         if owed is None:
             warnings.warn(
-                "average_model: a rank has already finished, so no global average "
-                "was made; call finish() on every rank for the final one",
+                "average_model: a rank has already finished (finish(), or Horovod's join()), "
+                "so no global average was made; call finish() or join() on every rank for "
+                "the final one",
                 stacklevel=2,
             )
             return False
         self._run_owed(values, owed)
         self._exchanges_since_consensus = 0
         return True
+
+    def _final_average(self, values: list[Any]) -> None:
+        """A world average outside the Group Generator's syncs: every rank has finished."""
+        rt = self.runtime()
+        rt.finals += 1
+        with awaiting(rt.world, self._report_waiting):
+            self.average(
+                self._world_tensors(values),
+                f"prague.final.{rt.finals}",
+                self.hvd.global_process_set,
+                rt.topology.size,
+                self._overlap(),
+            )
+        self._exchanges_since_consensus = 0
 
     @_naming_the_stopped_rank
     def finish(self, model_or_tensors: Any, average: bool = True) -> None:
@@ -472,6 +481,32 @@ class Binding(abc.ABC):
         self._run_owed(values, self.runtime().finish())
         if average:
             self.average_model(values)
+
+    @_naming_the_stopped_rank
+    def join(self, horovod_join: Callable[[], T]) -> T:
+        """Horovod's ``join`` (``horovod_join``) under Prague, for ranks with uneven data.
+
+        This rank leaves the groups as ``finish`` does (what is owed to others first), so the
+        ranks still training average among themselves; then Horovod's ``join`` waits until
+        every rank has joined, with no deadline of its own, as Horovod's: the ranks it waits
+        for are still training, and each of their waits has one. Then every rank takes steps
+        again (the next ones meet in groups as before) and ends with one world average of
+        the tracked models, so ``join`` returns, with Horovod's result, the same model on
+        every rank. The world average comes after every rank has rejoined the Group
+        Generator, since it completes only once all have entered it.
+        """
+        rt = self._runtime
+        if rt is None:
+            return horovod_join()
+        rt = self.runtime()
+        if not rt.finished:
+            self.finish(self.tracked(), average=False)
+        last = horovod_join()
+        rt.rejoin()
+        values = self.tracked()
+        if values:
+            self._final_average(values)
+        return last
 
     def shutdown(self) -> None:
         """Leave (see ``leave``), close the Group Generator connection, shut Horovod down."""

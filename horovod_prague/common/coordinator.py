@@ -331,6 +331,8 @@ class GroupGeneratorServer:
             return {"groups": None} if owed is None else _owed_reply(owed)
         if op == "finish":
             return _owed_reply(gg.finish(conn.rank))
+        if op == "rejoin":
+            return {"syncs": gg.rejoin(conn.rank)}
         if op == "waiting":
             group = message.get("group")
             if not isinstance(group, list) or not all(
@@ -570,6 +572,11 @@ class GroupGeneratorClient:
 
     def finish(self) -> Owed:
         return _owed(self.request("finish"))
+
+    def rejoin(self) -> int:
+        """Become active again after finishing; the id of the last sync (see
+        ``GroupGenerator.rejoin``)."""
+        return int(self.request("rejoin")["syncs"])
 
     def waiting(self, group: Group) -> None:
         """Tell the Group Generator this rank has waited long on ``group``'s average."""

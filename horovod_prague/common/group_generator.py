@@ -147,6 +147,17 @@ class GroupGenerator:
                 self._arrive(sync_id, rank)
             return Owed(groups, len(missed))
 
+    def rejoin(self, rank: int) -> int:
+        """Make ``rank``, which finished, active again (after Horovod's ``join``, which
+        returns once every rank has finished); the id of the last sync any rank reached, from
+        which its sync ids go on, as every rank's do after a rejoin."""
+        with self._lock:
+            self._check(rank)
+            if rank in self.active:
+                raise ValueError(f"rank {rank} asked to rejoin but it has not finished")
+            self.active.add(rank)
+            return max(self.syncs, default=0)
+
     def _arrive(self, sync_id: int, rank: int) -> None:
         self.arrived[sync_id].add(rank)
         if len(self.arrived[sync_id]) == self.size:

@@ -83,13 +83,14 @@ KERAS_GLOBAL_COLLECTIVES = (
 REPLACED: dict[str, tuple[str, tuple[str, ...]]] = {
     "horovod.torch": (
         "horovod_prague.torch",
-        ("init", "shutdown", "DistributedOptimizer", *TORCH_GLOBAL_COLLECTIVES),
+        ("init", "shutdown", "join", "DistributedOptimizer", *TORCH_GLOBAL_COLLECTIVES),
     ),
     "horovod.tensorflow": (
         "horovod_prague.tensorflow",
         (
             "init",
             "shutdown",
+            "join",
             "DistributedOptimizer",
             "DistributedGradientTape",
             *TF_GLOBAL_COLLECTIVES,

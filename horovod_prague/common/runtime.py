@@ -153,6 +153,14 @@ class PragueRuntime:
         self.finished = True
         return self.client.finish()
 
+    def rejoin(self) -> None:
+        """Take steps again after ``finish``, once every rank has finished (Horovod's
+        ``join``); sync ids go on from the last one any rank reached."""
+        if not self.finished:
+            return
+        self.syncs = self.client.rejoin()
+        self.finished = False
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()

@@ -19,6 +19,9 @@ wrappers stage their Prague step as a ``tf.py_function``; ``partial_allreduce``,
 
 from __future__ import annotations
 
+from typing import Any
+
+import tensorflow as _tf
 from horovod.tensorflow import *  # noqa: F403  (the whole Horovod API, re-exported)
 
 from ..common.import_hook import TF_GLOBAL_COLLECTIVES
@@ -39,3 +42,15 @@ average_model = _binding.average_model
 finish = _binding.finish
 shutdown = _binding.shutdown
 globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TF_GLOBAL_COLLECTIVES})
+
+
+def join() -> Any:
+    """Horovod's ``join`` for uneven data: this rank leaves the groups until every rank has
+    joined, then all hold the same model (``Binding.join``). Eager only under Prague: the
+    Group Generator decides at run time. Returns the rank that joined last, as a tensor."""
+    if not _tf.executing_eagerly():
+        raise RuntimeError(
+            "hvd.join() under Prague must run eagerly, not inside a tf.function: it leaves "
+            "the Group Generator's groups and averages the model once every rank has joined"
+        )
+    return _binding.join(_hvd.join)

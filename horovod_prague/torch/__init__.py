@@ -42,3 +42,9 @@ finish = _binding.finish
 shutdown = _binding.shutdown
 globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TORCH_GLOBAL_COLLECTIVES})
 broadcast_optimizer_state = _binding.guard(_broadcast_optimizer_state)
+
+
+def join(device: int = -1) -> int:
+    """Horovod's ``join`` for uneven data: this rank leaves the groups until every rank has
+    joined, then all hold the same model (``Binding.join``). Returns the rank that joined last."""
+    return _binding.join(lambda: _hvd.join(device))

@@ -134,3 +134,32 @@ def test_a_script_may_call_init_again_as_with_stock_horovod(tmp_path):
     assert len({rep["after_first"] for rep in job.reports}) == 1
     assert len({rep["after_second"] for rep in job.reports}) == 1
     assert job.reports[0]["after_first"] != job.reports[0]["after_second"]
+
+
+@pytest.mark.parametrize(
+    ("script", "flags"),
+    [
+        ("join_uneven.py", ()),
+        ("join_uneven.py", ("--prague",)),
+        ("tf_join_uneven.py", ("--prague",)),
+    ],
+    ids=["torch-stock", "torch-prague", "tensorflow-prague"],
+)
+def test_join_with_uneven_shards_ends_each_epoch_with_one_model(tmp_path, script, flags):
+    """Issue 24, item 4: ``hvd.join()`` with uneven shards (12 to 36 steps over two epochs on
+    4 ranks), as stock Horovod runs it and under the flag. Under the flag a rank that joins
+    leaves the groups, the others average among themselves until they join too, and every
+    ``join`` returns the same rank on every rank and leaves every rank with the same model
+    (parameters and BatchNorm statistics). Stock Horovod's ranks end each epoch apart: a
+    joined rank takes no more steps, and BatchNorm statistics are never averaged."""
+    job = run_ranks(script, tmp_path, launcher_flags=flags, timeout=300).check()
+    reports = job.reports
+    assert [rep["steps"] for rep in reports] == [12, 20, 28, 36]
+    for epoch in range(2):
+        assert len({rep["joined"][epoch] for rep in reports}) == 1
+        if flags:
+            assert len({rep["after_join"][epoch] for rep in reports}) == 1, epoch
+    if flags:
+        # The last rank to finish kept averaging after the first left: more averages than
+        # the first rank took steps.
+        assert reports[3]["stats"]["averaged"] > reports[0]["steps"], reports[3]["stats"]

@@ -1,0 +1,105 @@
+"""Horovod's ``join`` under Prague (issue 24, item 4): ranks with uneven data.
+
+A rank that joins leaves the groups (what it owes first), the others average among
+themselves until they join too, ``join`` returns Horovod's result, and every rank then holds
+the same model; training may go on after it (``join`` once per epoch). In-process ranks
+(``in_process``): a real Group Generator and ``Binding``; a world average started while a rank
+waits in ``join`` would time out here (under Horovod it would average zeros in silence).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from in_process import Collectives, HorovodJoin, InProcessBinding, InProcessRuntime, run_ranks
+
+from horovod_prague.common.config import PragueConfig
+from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.strategies import make_strategy
+from horovod_prague.common.topology import Topology
+
+
+def generator(size: int) -> GroupGenerator:
+    return GroupGenerator(make_strategy(PragueConfig(strategy="random"), Topology(size, size)))
+
+
+def test_a_rank_rejoins_once_finished_and_its_syncs_go_on_from_the_last():
+    gg = generator(2)
+    gg.next_group(0)
+    assert gg.sync(0, 1) is not None
+    gg.finish(1)
+    assert gg.sync(0, 2) is None  # a rank had finished: sync 2 happens for no one
+    gg.finish(0)
+    assert gg.rejoin(0) == 2 and gg.rejoin(1) == 2
+    assert gg.active == {0, 1}
+    assert gg.sync(0, 3) is not None and gg.sync(1, 3) is not None
+    assert gg.next_group(0) == (0, 1)
+
+
+def test_a_rank_that_has_not_finished_cannot_rejoin():
+    gg = generator(2)
+    with pytest.raises(ValueError, match="rank 1 asked to rejoin but it has not finished"):
+        gg.rejoin(1)
+
+
+def _train(b: InProcessBinding, w: np.ndarray, steps: int, metric_every: int = 0) -> None:
+    for step in range(steps):
+        w += 1.0
+        b.exchange(b.step_tensors([w]))
+        if metric_every and step % metric_every == 0:
+            b.consensus()  # what the guard runs before the script's hvd.allreduce(metric)
+
+
+@pytest.mark.parametrize(
+    ("steps", "metric_every"), [((3, 7, 5, 0), 0), ((10, 2, 6, 4), 3), ((1, 1, 1, 9), 2)]
+)
+def test_uneven_steps_then_join_end_with_one_model_and_horovods_result(steps, metric_every):
+    size = len(steps)
+    horovod_join = HorovodJoin(size)
+    models: dict[int, np.ndarray] = {}
+    returned: dict[int, int] = {}
+
+    def script(rank: int, b: InProcessBinding) -> None:
+        w = np.array([float(rank)])
+        b.track(lambda: [w])
+        _train(b, w, steps[rank], metric_every)
+        returned[rank] = b.join(lambda: horovod_join(rank))
+        models[rank] = w.copy()
+
+    gg = run_ranks(size, 0, script)
+    assert len({m.tobytes() for m in models.values()}) == 1, models
+    assert set(returned.values()) == {horovod_join.joined[-1]}
+    assert gg.active == set(range(size))  # every rank may take steps again
+
+
+def test_join_once_per_epoch_then_finish():
+    """Two epochs of uneven length, each ended by ``join``, then the exit's ``finish``:
+    the second epoch's steps meet in groups again, and syncs line up after the rejoin."""
+    size, epochs = 3, ((4, 1, 2), (2, 5, 3))
+    joins = [HorovodJoin(size) for _ in epochs]
+    models: dict[int, np.ndarray] = {}
+    after_join: dict[int, list[np.ndarray]] = {r: [] for r in range(size)}
+
+    def script(rank: int, b: InProcessBinding) -> None:
+        w = np.array([10.0 * rank])
+        b.track(lambda: [w])
+        for epoch, steps in enumerate(epochs):
+            _train(b, w, steps[rank], metric_every=2)
+            b.join(lambda j=joins[epoch]: j(rank))
+            after_join[rank].append(w.copy())
+            b.consensus()  # hvd.allreduce(val_loss) after join: nothing changed since
+        b.finish([w])
+        models[rank] = w
+
+    gg = run_ranks(size, 0, script)
+    for epoch in range(len(epochs)):
+        assert len({after_join[r][epoch].tobytes() for r in range(size)}) == 1
+    assert len({m.tobytes() for m in models.values()}) == 1
+    assert sum(gg.counts) >= sum(map(sum, epochs))
+    assert gg.generations > 0
+
+
+def test_join_before_prague_is_initialized_is_horovods():
+    b = InProcessBinding(InProcessRuntime(generator(2), 0, 0), Collectives())
+    b._runtime = None
+    assert b.join(lambda: 7) == 7
