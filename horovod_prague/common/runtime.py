@@ -91,6 +91,7 @@ class PragueRuntime:
         hvd, config = self.hvd, self.config
         offer: dict[str, Any] = {}
         if self.rank == 0:
+            bind = None
             try:
                 bind, advertise = _addresses(config, self.topology)
                 self.server = GroupGeneratorServer(
@@ -106,7 +107,8 @@ class PragueRuntime:
                     "token": self.server.token.hex(),
                 }
             except OSError as e:
-                offer = {"error": f"rank 0 could not start the Prague Group Generator: {e}"}
+                at = f" at {bind}:{config.coordinator_port or '(any port)'}" if bind else ""
+                offer = {"error": f"rank 0 could not start the Prague Group Generator{at}: {e}"}
         offer = hvd.broadcast_object(offer, root_rank=0, name="prague.coordinator")
         if "error" in offer:
             raise RuntimeError(offer["error"])

@@ -3,8 +3,8 @@ on a cluster, ``horovodrun -H h1:2,h2:2`` through ssh, with and without ``--prag
 
 from __future__ import annotations
 
-import collections
 import json
+import re
 import subprocess
 import time
 
@@ -117,19 +117,68 @@ def test_static_alternates_intra_and_inter_host_groups(tmp_path, emulated_hosts)
     assert len({rep["final"] for rep in job.reports}) == 1
 
 
-def test_smart_mixes_intra_and_inter_host_groups_on_four_hosts(tmp_path, emulated_hosts):
+def test_smart_alternates_intra_and_inter_host_groups_on_four_hosts(tmp_path, emulated_hosts):
+    """``smart``'s generations alternate a division inside hosts and one across hosts, and each
+    hands a group to every rank it may: with the threshold rule off, every rank meets the two
+    kinds in turn. A rank misses a generation only while its partner waits at a sync (at the
+    script's final allreduce), so at most a couple of repeats per rank.
+
+    Not with the default threshold: there a generation leaves out a partner that lags or
+    still owes a group, and falls back to the other kind. Across hosts the partner across
+    the link is the one more often busy, so intra-host groups dominate (98 of 122 in one
+    clean-clone CI run, when this test asserted a share between a quarter and three
+    quarters under the default; docs/results.md)."""
     hosts = emulated_hosts(4)
+    flags = ("--prague", "--prague-threshold", "0")
     job = run_on_hosts(
-        hosts, "meetings.py", tmp_path, "h1:2,h2:2,h3:2,h4:2", args=("20",), flags=("--prague",)
+        hosts, "meetings.py", tmp_path, "h1:2,h2:2,h3:2,h4:2", args=("20",), flags=flags
     )
     assert set(_hosts_of(job).values()) == {"h1", "h2", "h3", "h4"}
-    counts = collections.Counter(k for kinds in _kinds(job).values() for k in kinds)
-    total = counts[True] + counts[False]
-    assert total >= 40, counts
-    # Divisions alternate intra- and inter-host; random groups would stay on one host 1/7 of
-    # the time.
-    assert 0.25 <= counts[True] / total <= 0.75, counts
+    for rank, kinds in _kinds(job).items():
+        assert len(kinds) >= 10, (rank, kinds)
+        repeats = sum(a == b for a, b in zip(kinds, kinds[1:], strict=False))
+        assert repeats <= 2, (rank, kinds)
     assert len({rep["final"] for rep in job.reports}) == 1
+
+
+@pytest.mark.parametrize(
+    ("address", "error", "message"),
+    [
+        (
+            "198.18.0.250",
+            "RuntimeError",
+            r"rank 0 could not start the Prague Group Generator at 198\.18\.0\.250:",
+        ),
+        (
+            "127.0.0.1",
+            "ConnectionError",
+            r"rank 1 could not reach the Prague Group Generator on rank 0 at 127\.0\.0\.1:",
+        ),
+    ],
+    ids=["not-rank-0s", "loopback"],
+)
+def test_a_coordinator_address_the_hosts_cannot_use_fails_at_init_naming_it(
+    tmp_path, emulated_hosts, address, error, message
+):
+    """``--prague-coordinator-addr`` overrides the address found from the job's interface;
+    one that rank 0's host does not have, or one the other host cannot reach (its own
+    loopback), ends ``init`` on every rank with an error naming it."""
+    hosts = emulated_hosts(2)
+    options = json.dumps({"coordinator_addr": address, "timeout": 5})
+    job = run_ranks(
+        "bad_options.py",
+        tmp_path,
+        np=2,
+        args=(options,),
+        timeout=120,
+        launcher=hosts.run_command(
+            [str(BIN / "horovodrun"), "-np", "2", "-H", "h1:1,h2:1", "--gloo"]
+        ),
+    )
+    assert len(job.reports) == 2, job.output[-3000:]
+    for rep in job.reports:
+        assert rep["error"] == error, rep
+        assert re.search(message, rep["message"]), rep["message"]
 
 
 @pytest.mark.parametrize(
