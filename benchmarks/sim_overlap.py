@@ -17,6 +17,10 @@ member started while another of its own was in flight (``overlap.Overlap``; 1 wi
 better mixed models.
 
     .venv/bin/python benchmarks/sim_overlap.py --ranks 8 --scenario random
+
+Across hosts, ``--allreduce-comm`` sets All-Reduce's time apart from a group average's
+(``--comm``), and each row also gives the Group Generator's load: its requests per second
+with steps of ``--step-ms`` (docs/results.md, *Projected to 64 and 256 ranks*).
 """
 
 from __future__ import annotations
@@ -27,12 +31,26 @@ import heapq
 import random
 import statistics
 from collections.abc import Callable
+from typing import NamedTuple
 
 from horovod_prague.bench.workload import SCENARIOS, schedule
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.strategies import make_strategy
 from horovod_prague.common.topology import Topology
+
+
+class Outcome(NamedTuple):
+    time: float
+    """Until every rank finished."""
+    alone: float
+    """Share of steps that took no group."""
+    waited: float
+    """Share of the ranks' time spent waiting for averages in flight."""
+    spread: float
+    """The ranks' variance, averaged over the run past its first fifth."""
+    requests: int
+    """Requests to the Group Generator."""
 
 
 def run(
@@ -45,9 +63,8 @@ def run(
     in_flight: int = 1,
     damped: bool = True,
     nodes: int | None = None,
-) -> tuple[float, float, float, float]:
-    """(time until every rank finished, share of steps that took no group, share of the
-    ranks' time spent waiting for averages in flight, spread: the ranks' variance)."""
+    local_comm: float | None = None,
+) -> Outcome:
     n = len(factors)
     config = PragueConfig(strategy=strategy, seed=seed, staleness=str(staleness))
     gg = GroupGenerator(make_strategy(config, Topology(n, nodes or n)))
@@ -93,7 +110,8 @@ def run(
         submitted[r][group] += 1
         sent[key][r] = (value[r], bool(flights[r]))
         if len(sent[key]) == len(group):
-            done_at[key] = now + comm
+            local = nodes and len({m // nodes for m in group}) == 1
+            done_at[key] = now + (local_comm if local and local_comm is not None else comm)
             for x, then in waiting.pop(key, []):
                 then(x, done_at[key])
         return key
@@ -153,40 +171,66 @@ def run(
         raise RuntimeError(f"deadlock: {dict(waiting)}")
     end = max(finished)
     spread = statistics.mean(variances[len(variances) // 5 :])  # past the start
-    return end, alone / sum(steps), waited / (n * end), spread
+    return Outcome(end, alone / sum(steps), waited / (n * end), spread, sum(gg.counts))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, default=8)
-    ap.add_argument("--nodes", type=int, help="nodes the ranks are spread over (static)")
+    ap.add_argument("--nodes", type=int, help="ranks per node (default: all on one node)")
     ap.add_argument("--scenario", default="random", choices=list(SCENARIOS))
     ap.add_argument("--strategies", default="smart,random")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--comm", type=float, default=0.3, help="an average's time, in steps")
     ap.add_argument(
+        "--local-comm", type=float, help="a group average within one node (default: --comm)"
+    )
+    ap.add_argument(
+        "--allreduce-comm", type=float, help="All-Reduce's time, in steps (default: --comm)"
+    )
+    ap.add_argument(
+        "--designs",
+        default="0:1,1:1,2:1,4:1,1:2,1:3,2:2",
+        help="staleness:in_flight pairs, comma-separated (1:2 is the default design)",
+    )
+    ap.add_argument("--step-ms", type=float, default=100.0, help="a step, for requests/s")
+    ap.add_argument(
         "--undamped", action="store_true", help="apply overlapped averages whole (not shipped)"
     )
     a = ap.parse_args()
+    designs = [tuple(map(int, d.split(":"))) for d in a.designs.split(",")]
+    allreduce_comm = a.comm if a.allreduce_comm is None else a.allreduce_comm
     rows = collections.defaultdict(list)
     for seed in range(a.seeds):
         plan = schedule(a.scenario, a.ranks, a.steps, seed)
         f = plan.factors
-        allreduce = sum(max(row[j] for row in f) + a.comm for j in range(a.steps))
-        rows["bound"].append((plan.bound, 0.0, 0.0, float("nan")))
+        allreduce = sum(max(row[j] for row in f) + allreduce_comm for j in range(a.steps))
+        rows["bound"].append((plan.bound, 0.0, 0.0, float("nan"), float("nan")))
         for strategy in a.strategies.split(","):
-            for s, k in ((0, 1), (1, 1), (2, 1), (4, 1), (1, 2), (1, 3), (2, 2)):
-                t, alone, waited, spread = run(
-                    f, plan.own_pace_steps, strategy, s, a.comm, seed, k, not a.undamped, a.nodes
+            for s, k in designs:
+                out = run(
+                    f,
+                    plan.own_pace_steps,
+                    strategy,
+                    s,
+                    a.comm,
+                    seed,
+                    k,
+                    not a.undamped,
+                    a.nodes,
+                    a.local_comm,
                 )
                 name = f"{strategy} s={s}" + (f" in_flight={k}" if k > 1 else "")
-                rows[name].append((allreduce / t, alone, waited, spread))
+                per_s = out.requests / (out.time * a.step_ms / 1e3)
+                rows[name].append((allreduce / out.time, out.alone, out.waited, out.spread, per_s))
     for name, vals in rows.items():
-        ratio, alone, waited, spread = (statistics.mean(v[i] for v in vals) for i in range(4))
+        ratio, alone, waited, spread, per_s = (
+            statistics.mean(v[i] for v in vals) for i in range(5)
+        )
         print(
             f"n={a.ranks} {a.scenario:<10} {name:<22} {ratio:5.2f}x  alone {alone:4.0%}"
-            f"  waiting {waited:4.0%}  spread {spread:6.2f}"
+            f"  waiting {waited:4.0%}  spread {spread:6.2f}  GG {per_s:6.0f} req/s"
         )
 
 

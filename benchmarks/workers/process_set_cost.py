@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import random
 
 import horovod.torch as hvd
 import torch
+from _pairs import pair_divisions
 from _timing import slowest_median
 
 mode = os.environ.get("MODE", "static")
 n_divisions = int(os.environ.get("SETS", "0"))
 size = int(os.environ.get("HOROVOD_SIZE") or os.environ["OMPI_COMM_WORLD_SIZE"])
-rng = random.Random(0)
-divisions = []
-while len(divisions) < n_divisions:
-    order = list(range(size))
-    rng.shuffle(order)
-    pairs = [tuple(sorted(order[i : i + 2])) for i in range(0, size, 2)]
-    if all(set(pairs).isdisjoint(d) for d in divisions):
-        divisions.append(pairs)
-pairs = [p for d in divisions for p in d]
+pairs = pair_divisions(size, n_divisions)
 if mode == "static":
     sets = [hvd.ProcessSet(list(p)) for p in pairs]
     hvd.init(process_sets=sets)
