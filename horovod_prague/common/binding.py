@@ -430,8 +430,11 @@ class Binding(abc.ABC):
 
         Collective: every rank calls it the same number of times. Before the global average the
         rank runs the groups already decided for it, in order, so no rank waits in a group for
-        a rank that waits in the global average. Returns False, with a warning, once some rank
-        has finished (a global average can no longer form); after ``finish`` it always averages.
+        a rank that waits in the global average. Once some rank has finished (``finish``, or
+        Horovod's ``join``) no global average can form: it still runs the owed groups, and the
+        Group Generator keeps groups from waiting on this rank until every rank has reached
+        this point or finished, then returns False with a warning; after ``finish`` it always
+        averages.
         While optimizers are tracked, every tracked model is averaged too (``_run_owed``).
         """
         rt = self.runtime()
@@ -441,7 +444,8 @@ class Binding(abc.ABC):
             self._final_average(values)
             return True
         owed = rt.sync()
-        if owed is None:
+        self._run_owed(values, owed)
+        if not owed.world_averages:
             warnings.warn(
                 "average_model: a rank has already finished (finish(), or Horovod's join()), "
                 "so no global average was made; call finish() or join() on every rank for "
@@ -449,7 +453,6 @@ class Binding(abc.ABC):
                 stacklevel=2,
             )
             return False
-        self._run_owed(values, owed)
         self._exchanges_since_consensus = 0
         return True
 

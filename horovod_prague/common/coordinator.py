@@ -328,7 +328,7 @@ class GroupGeneratorServer:
             if not isinstance(sync_id, int) or isinstance(sync_id, bool) or sync_id < 1:
                 raise _Refused(f"'sync' must be a positive integer, got {sync_id!r}")
             owed = gg.sync(conn.rank, sync_id)
-            return {"groups": None} if owed is None else _owed_reply(owed)
+            return _owed_reply(owed)
         if op == "finish":
             return _owed_reply(gg.finish(conn.rank))
         if op == "rejoin":
@@ -566,9 +566,8 @@ class GroupGeneratorClient:
         reply = self.request("next")
         return WorldGroup(reply["group"]) if reply.get("world") else tuple(reply["group"])
 
-    def sync(self, sync_id: int) -> Owed | None:
-        reply = self.request("sync", sync=sync_id)
-        return None if reply["groups"] is None else _owed(reply)
+    def sync(self, sync_id: int) -> Owed:
+        return _owed(self.request("sync", sync=sync_id))
 
     def finish(self) -> Owed:
         return _owed(self.request("finish"))

@@ -101,13 +101,14 @@ class GroupGenerator:
                 return (rank,)
             return self.buffers[rank].popleft()
 
-    def sync(self, rank: int, sync_id: int) -> Owed | None:
+    def sync(self, rank: int, sync_id: int) -> Owed:
         """What ``rank`` must run to reach global sync ``sync_id``: the groups already decided
-        for it, then one world average.
+        for it, then one world average, or none if some rank had finished when the first rank
+        reached the sync (a world average can no longer form; under Horovod's ``join`` the
+        script's own collective still runs, with the joined ranks' zeros).
 
-        Pauses ``rank`` until every rank has reached the sync. Returns None if the sync cannot
-        happen because some rank had finished when the first rank reached it (then it happens
-        for no one).
+        Pauses ``rank`` until every rank has reached the sync or finished, so that no group
+        formed meanwhile waits for a rank that is in the script's global collective.
         """
         with self._lock:
             self._check(rank)
@@ -115,15 +116,13 @@ class GroupGenerator:
                 raise ValueError(f"rank {rank} asked for sync {sync_id} after it finished")
             if sync_id not in self.syncs:
                 self.syncs[sync_id] = len(self.active) == self.size
-            if not self.syncs[sync_id]:
-                return None
             if rank in self.arrived[sync_id]:
                 raise ValueError(f"rank {rank} reached sync {sync_id} twice")
             self.paused.add(rank)
-            self._arrive(sync_id, rank)
             groups = list(self.buffers[rank])
             self.buffers[rank].clear()
-            return Owed(groups, 1)
+            self._arrive(sync_id, rank)
+            return Owed(groups, 1 if self.syncs[sync_id] else 0)
 
     def finish(self, rank: int) -> Owed:
         """Mark ``rank`` finished and return what it must still run.
@@ -145,6 +144,8 @@ class GroupGenerator:
             ]
             for sync_id in missed:
                 self._arrive(sync_id, rank)
+            if self.arrived:  # the ranks paused at the latest sync no longer wait for this one
+                self._release(max(self.arrived))
             return Owed(groups, len(missed))
 
     def rejoin(self, rank: int) -> int:
@@ -160,8 +161,17 @@ class GroupGenerator:
 
     def _arrive(self, sync_id: int, rank: int) -> None:
         self.arrived[sync_id].add(rank)
-        if len(self.arrived[sync_id]) == self.size:
-            # Everyone reached it: no rank still waits on a pre-sync group or collective.
+        self._release(sync_id)
+
+    def _release(self, sync_id: int) -> None:
+        """Resume the paused ranks once every rank has reached ``sync_id``, the latest sync
+        (only there can ranks be paused), or finished: no rank still waits on a pre-sync group
+        or collective."""
+        if (
+            self.paused
+            and sync_id == max(self.arrived)
+            and all(r in self.arrived[sync_id] or r not in self.active for r in range(self.size))
+        ):
             self.paused.clear()
 
     def _periodic_world_group(self, rank: int) -> None:

@@ -143,8 +143,9 @@ class PragueRuntime:
     def name(self, group: Group) -> str:
         return collective_name(group, self.topology.size)
 
-    def sync(self) -> Owed | None:
-        """What to run for the next global sync, ending with one world average; None: skipped."""
+    def sync(self) -> Owed:
+        """What to run for the next global sync: owed groups, then one world average, or none
+        where a rank had finished (``GroupGenerator.sync``)."""
         self.syncs += 1
         return self.client.sync(self.syncs)
 

@@ -107,6 +107,44 @@ def test_many_steps_with_random_delays_end_cleanly(
     assert len({r["digest"] for r in reps}) == 1, "ranks differ after the final average"
 
 
+MIX_RANKS = int(os.environ.get("PRAGUE_MIX_RANKS", "4"))
+MIX_STEPS = int(os.environ.get("PRAGUE_MIX_STEPS", "30"))
+
+
+def test_mixed_training_with_join_ends_with_the_reference_model(tmp_path):
+    """Two optimizers, BatchNorm, uneven steps, steps a rank skips on its own, a metric
+    all-reduce every 10 steps, ``sync_every`` 7 and two averages in flight (the default),
+    ``hvd.join()`` after each of two epochs (``workers/mixed_training.py``; 4 ranks and 30
+    to 51 steps per epoch here, ``scripts/stress.sh`` runs more). No hang; after each join
+    one model on every rank; at the end the parameters the steps every rank took give (the
+    gradients are constants and equal weights keep the ranks' sum), and one BatchNorm
+    count, at most the forward passes' mean."""
+    flags = ("--prague", "--prague-weighting", "equal", "--prague-sync-every", "7")
+    job = run_ranks(
+        "mixed_training.py",
+        tmp_path,
+        np=MIX_RANKS,
+        args=(str(MIX_STEPS),),
+        launcher_flags=flags,
+        timeout=120 + MIX_STEPS * MIX_RANKS,
+    ).check()
+    reps = job.reports
+    assert len(reps) == MIX_RANKS, job.output[-3000:]
+    for epoch in range(2):
+        assert len({r["after_join"][epoch] for r in reps}) == 1, epoch
+    totals = {k: sum(r["taken"][k] for r in reps) for k in ("body", "head")}
+    first = reps[0]
+    for name, start in first["start"].items():
+        taken = totals["head" if name in ("weight", "bias") else "body"]
+        step = first["lr"] * np.array(first["direction"][name]) * taken / MIX_RANKS
+        expected = np.array(start) - step
+        for r in reps:
+            np.testing.assert_allclose(r["params"][name], expected, rtol=1e-4, atol=1e-3)
+    counts = {r["num_batches_tracked"] for r in reps}
+    assert len(counts) == 1
+    assert 0 < counts.pop() <= sum(r["forwards"] for r in reps) // MIX_RANKS
+
+
 def test_a_straggler_slows_only_its_own_groups(tmp_path):
     """Rank 3 turns 300 ms slower per step halfway through each job.
 

@@ -61,7 +61,7 @@ class InProcessRuntime:
     def next_group(self) -> Group:
         return self.gg.next_group(self.rank)
 
-    def sync(self) -> Owed | None:
+    def sync(self) -> Owed:
         self.syncs += 1
         return self.gg.sync(self.rank, self.syncs)
 

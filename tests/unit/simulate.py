@@ -54,15 +54,18 @@ def simulate(
     pick: Callable[[list[int]], int] | None = None,
     syncs_at: frozenset[int] = frozenset(),
     collective_after_sync: bool = False,
+    joined: bool = False,
 ) -> list[RankState]:
-    """Drive ``gg`` until every rank is done; returns each rank's history."""
+    """Drive ``gg`` until every rank is done; returns each rank's history. With ``joined``,
+    a rank that is done takes part in every barrier, as a rank in Horovod's ``join`` does
+    in the script's collectives."""
     rng = random.Random(0)
     pick = pick or rng.choice
     ranks = [RankState(s) for s in steps]
     done_steps = [0] * len(steps)
     sync_ids = [0] * len(steps)
     while True:
-        _complete_groups(ranks)
+        _complete_groups(ranks, joined)
         movable = [r for r, s in enumerate(ranks) if s.waiting is None and not _done(s)]
         if not movable:
             stuck = [r for r, s in enumerate(ranks) if not _done(s)]
@@ -79,9 +82,7 @@ def simulate(
             s.waiting = gg.next_group(r)
             if done_steps[r] in syncs_at:
                 sync_ids[r] += 1
-                owed = gg.sync(r, sync_ids[r])
-                if owed is not None:
-                    s.pending.extend(to_run(owed, gg.world))
+                s.pending.extend(to_run(gg.sync(r, sync_ids[r]), gg.world))
                 if collective_after_sync:
                     s.pending.append(Barrier(sync_ids[r], tuple(range(len(ranks)))))
         elif not s.finished:
@@ -94,7 +95,7 @@ def _done(s: RankState) -> bool:
     return s.finished and not s.pending and s.waiting is None
 
 
-def _complete_groups(ranks: list[RankState]) -> None:
+def _complete_groups(ranks: list[RankState], joined: bool = False) -> None:
     progress = True
     while progress:
         progress = False
@@ -103,7 +104,12 @@ def _complete_groups(ranks: list[RankState]) -> None:
             if group is None:
                 continue
             members = group.members if isinstance(group, Barrier) else group
-            if len(members) == 1 or all(ranks[m].waiting == group for m in members):
+            in_it = [
+                ranks[m].waiting == group
+                or (joined and isinstance(group, Barrier) and _done(ranks[m]))
+                for m in members
+            ]
+            if len(members) == 1 or all(in_it):
                 for m in members:
                     if not isinstance(group, Barrier):
                         ranks[m].executed.append(group)
@@ -246,9 +252,7 @@ def simulate_overlapped(
                     s.blocked_on = s.in_flight[0].occurrence
                     s.todo.insert(0, DRAIN)
             elif action == SYNC:
-                owed = gg.sync(r, s.syncs)
-                if owed is not None:
-                    s.todo[:0] = to_run(owed, world)
+                s.todo[:0] = to_run(gg.sync(r, s.syncs), world)
                 if collective_after_sync:
                     s.todo.append(Barrier(s.syncs, world))
             elif action == FINISH:
