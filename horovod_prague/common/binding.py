@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import atexit
 import collections
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -356,6 +357,10 @@ class Binding(abc.ABC):
                 f"The Group Generator on rank 0 did not answer either ({e}): "
                 f"{diagnosis.unreachable_generator(rt.hosts)}"
             )
+        if diagnosis.partly_lost(stats.get("lost") or [], rt.hosts):
+            time.sleep(diagnosis.LOSS_SETTLE_S)  # the rest of that host may be going too
+            with contextlib.suppress(Exception):
+                stats = rt.client.stats()
         silence: list[float | None] = stats.get("silence") or []
         waits = [None if w is None else tuple(w) for w in stats.get("waits") or []]
         lost = diagnosis.gone(stats.get("lost") or [], rt.hosts)

@@ -24,6 +24,25 @@ def ranks_by_host(hosts: Sequence[str]) -> dict[str, list[int]]:
     return found
 
 
+LOSS_SETTLE_S = 0.5
+"""How long a rank that finds some of a host's ranks lost waits before it asks again: the
+processes of a host that goes down drop their connections within milliseconds of each
+other, but the Group Generator's thread may have seen only the first."""
+
+
+def partly_lost(lost: Sequence[int], hosts: Sequence[str]) -> bool:
+    """Whether some host has lost some of its ranks but not all (yet).
+
+    >>> partly_lost([2], ["h1", "h1", "h2", "h2"]), partly_lost([2, 3], ["h1", "h1", "h2", "h2"])
+    (True, False)
+    """
+    if not lost or len(hosts) <= max(lost):
+        return False
+    return any(
+        0 < sum(r in lost for r in ranks) < len(ranks) for ranks in ranks_by_host(hosts).values()
+    )
+
+
 def gone(lost: Sequence[int], hosts: Sequence[str]) -> str:
     """A sentence on ranks whose Group Generator connection ended before they finished: a
     host all of whose ranks are among them is named as lost.

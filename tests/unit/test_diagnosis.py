@@ -1,6 +1,20 @@
 """What a rank's error says about lost ranks and hosts (``common.diagnosis``)."""
 
+import types
+
+from in_process import Collectives, InProcessBinding, InProcessRuntime
+
+from horovod_prague.common import diagnosis
+from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.diagnosis import gone, silent_hosts, unreachable_generator
+from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.strategies import make_strategy
+from horovod_prague.common.topology import Topology
+
+
+def generator(size: int) -> GroupGenerator:
+    return GroupGenerator(make_strategy(PragueConfig(strategy="random"), Topology(size, size)))
+
 
 HOSTS = ["h1", "h1", "h2", "h2"]
 
@@ -42,3 +56,26 @@ def test_a_host_is_silent_only_if_every_rank_is_silent_long_and_waits_on_nothing
 def test_an_unreachable_generator_names_rank_0s_host_and_its_ranks():
     said = unreachable_generator(["h1", "h1", "h2", "h2"])
     assert "host h1 (ranks [0, 1])" in said
+
+
+def test_a_rank_finding_part_of_a_host_lost_asks_again_and_names_the_whole_host():
+    """The processes of a host killed together drop their connections within milliseconds,
+    but the first stats a survivor gets may list only one of them (a clean-clone CI run named
+    "Rank 2 (host h2)" for a host whose ranks 2 and 3 were both killed)."""
+    replies = iter([{"lost": [2]}, {"lost": [2, 3]}])
+    binding = InProcessBinding(InProcessRuntime(generator(4), 0, 0), Collectives())
+    rt = binding._runtime
+    rt.hosts = ["h1", "h1", "h2", "h2"]
+    rt.config.timeout = 8.0
+    rt.client = types.SimpleNamespace(stats=lambda: next(replies))
+    assert "Host h2 (ranks [2, 3]) is most likely lost" in binding._gone()
+
+
+def test_a_rank_of_a_host_lost_alone_is_named_alone():
+    binding = InProcessBinding(InProcessRuntime(generator(4), 0, 0), Collectives())
+    rt = binding._runtime
+    rt.hosts = ["h1", "h1", "h2", "h2"]
+    rt.config.timeout = 8.0
+    rt.client = types.SimpleNamespace(stats=lambda: {"lost": [3]})
+    assert "Rank 3 (host h2) lost its connection" in binding._gone()
+    assert not diagnosis.partly_lost([], rt.hosts)

@@ -64,14 +64,14 @@ def recording(binding: Any, copy: Callable[[Any], Any]) -> Iterator[Averages]:
     start_average, average = binding.start_average, binding.average
 
     def recorder(run: Callable[..., Any], blocking: bool) -> Callable[..., Any]:
-        def record(values, name, process_set, size, overlap=None):
+        def record(values, name, process_set, size, overlap=None, *rest):
             flagged = overlap is not None and overlap.started_during_another
             in_flight = binding._averager.in_flight()
             assert flagged == (in_flight > 0)
             assert not (blocking and in_flight), "averages in flight were not applied"
             weight = binding.average_weight() or 1.0
             averages.records.append(Record(copy(values[0]), weight, flagged, blocking, in_flight))
-            return run(values, name, process_set, size, overlap)
+            return run(values, name, process_set, size, overlap, *rest)
 
         return record
 

@@ -19,9 +19,9 @@ log = []
 original = hvd._binding._average_group
 
 
-def logged(values, group):
+def logged(values, group, **options):
     before = [t.tolist() for t in values]
-    original(values, group)
+    original(values, group, **options)
     log.append({"group": list(group), "before": before, "after": [t.tolist() for t in values]})
 
 

@@ -29,9 +29,9 @@ executed: list[Group] = []
 
 
 def logging(original):
-    def logged(first, group):
+    def logged(first, group, **options):
         executed.append(list(group))
-        return original(first, group)
+        return original(first, group, **options)
 
     return logged
 
