@@ -503,8 +503,7 @@ class Binding(abc.ABC):
         every rank. The world average comes after every rank has rejoined the Group
         Generator, since it completes only once all have entered it.
         """
-        rt = self._runtime
-        if rt is None:
+        if self._runtime is None:
             return horovod_join()
         rt = self.runtime()
         if not rt.finished:

@@ -123,12 +123,17 @@ class InProcessBinding(Binding):
         self.collectives.average(name, process_set, self._runtime.rank, tensors)
 
 
+def random_generator(size: int, sync_every: int = 0) -> GroupGenerator:
+    """A Group Generator of ``random`` groups over ``size`` ranks on one node."""
+    return GroupGenerator(
+        make_strategy(PragueConfig(strategy="random"), Topology(size, size)), sync_every
+    )
+
+
 def run_ranks(
     size: int, sync_every: int, script: Callable[[int, InProcessBinding], None]
 ) -> GroupGenerator:
-    gg = GroupGenerator(
-        make_strategy(PragueConfig(strategy="random"), Topology(size, size)), sync_every
-    )
+    gg = random_generator(size, sync_every)
     collectives = Collectives()
     errors: list[BaseException] = []
 

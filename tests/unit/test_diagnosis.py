@@ -2,19 +2,10 @@
 
 import types
 
-from in_process import Collectives, InProcessBinding, InProcessRuntime
+from in_process import Collectives, InProcessBinding, InProcessRuntime, random_generator
 
 from horovod_prague.common import diagnosis
-from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.diagnosis import gone, silent_hosts, unreachable_generator
-from horovod_prague.common.group_generator import GroupGenerator
-from horovod_prague.common.strategies import make_strategy
-from horovod_prague.common.topology import Topology
-
-
-def generator(size: int) -> GroupGenerator:
-    return GroupGenerator(make_strategy(PragueConfig(strategy="random"), Topology(size, size)))
-
 
 HOSTS = ["h1", "h1", "h2", "h2"]
 
@@ -63,7 +54,7 @@ def test_a_rank_finding_part_of_a_host_lost_asks_again_and_names_the_whole_host(
     but the first stats a survivor gets may list only one of them (a clean-clone CI run named
     "Rank 2 (host h2)" for a host whose ranks 2 and 3 were both killed)."""
     replies = iter([{"lost": [2]}, {"lost": [2, 3]}])
-    binding = InProcessBinding(InProcessRuntime(generator(4), 0, 0), Collectives())
+    binding = InProcessBinding(InProcessRuntime(random_generator(4), 0, 0), Collectives())
     rt = binding._runtime
     rt.hosts = ["h1", "h1", "h2", "h2"]
     rt.config.timeout = 8.0
@@ -72,7 +63,7 @@ def test_a_rank_finding_part_of_a_host_lost_asks_again_and_names_the_whole_host(
 
 
 def test_a_rank_of_a_host_lost_alone_is_named_alone():
-    binding = InProcessBinding(InProcessRuntime(generator(4), 0, 0), Collectives())
+    binding = InProcessBinding(InProcessRuntime(random_generator(4), 0, 0), Collectives())
     rt = binding._runtime
     rt.hosts = ["h1", "h1", "h2", "h2"]
     rt.config.timeout = 8.0

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from in_process import Collectives, HorovodJoin, InProcessBinding, InProcessRuntime, run_ranks
+from in_process import (
+    Collectives,
+    HorovodJoin,
+    InProcessBinding,
+    InProcessRuntime,
+    random_generator,
+    run_ranks,
+)
 from simulate import assert_shared_groups_in_one_order, simulate
 
 from horovod_prague.common.config import PragueConfig
@@ -22,12 +29,8 @@ from horovod_prague.common.strategies import make_strategy
 from horovod_prague.common.topology import Topology
 
 
-def generator(size: int) -> GroupGenerator:
-    return GroupGenerator(make_strategy(PragueConfig(strategy="random"), Topology(size, size)))
-
-
 def test_a_rank_rejoins_once_finished_and_its_syncs_go_on_from_the_last():
-    gg = generator(2)
+    gg = random_generator(2)
     gg.next_group(0)
     assert gg.sync(0, 1) is not None
     gg.finish(1)
@@ -40,7 +43,7 @@ def test_a_rank_rejoins_once_finished_and_its_syncs_go_on_from_the_last():
 
 
 def test_a_rank_that_has_not_finished_cannot_rejoin():
-    gg = generator(2)
+    gg = random_generator(2)
     with pytest.raises(ValueError, match="rank 1 asked to rejoin but it has not finished"):
         gg.rejoin(1)
 
@@ -130,6 +133,6 @@ def test_join_once_per_epoch_then_finish():
 
 
 def test_join_before_prague_is_initialized_is_horovods():
-    b = InProcessBinding(InProcessRuntime(generator(2), 0, 0), Collectives())
+    b = InProcessBinding(InProcessRuntime(random_generator(2), 0, 0), Collectives())
     b._runtime = None
     assert b.join(lambda: 7) == 7
