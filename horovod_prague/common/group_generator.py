@@ -72,6 +72,9 @@ class GroupGenerator:
         size = strategy.topology.size
         self.size = size
         self.counts = [0] * size
+        # Each rank's count when all ranks last held one model (a sync's world average, or
+        # Horovod's join): the strategy compares steps taken since then, not since the start.
+        self.counts_at_consensus = [0] * size
         self.world: Group = tuple(range(size))
         self.buffers: list[collections.deque[Group]] = [collections.deque() for _ in range(size)]
         self.active: set[int] = set(range(size))
@@ -157,6 +160,7 @@ class GroupGenerator:
             if rank in self.active:
                 raise ValueError(f"rank {rank} asked to rejoin but it has not finished")
             self.active.add(rank)
+            self.counts_at_consensus[rank] = self.counts[rank]
             return max(self.syncs, default=0)
 
     def _arrive(self, sync_id: int, rank: int) -> None:
@@ -173,6 +177,8 @@ class GroupGenerator:
             and all(r in self.arrived[sync_id] or r not in self.active for r in range(self.size))
         ):
             self.paused.clear()
+            if self.syncs[sync_id]:
+                self.counts_at_consensus = list(self.counts)
 
     def _periodic_world_group(self, rank: int) -> None:
         """Append the world group to every buffer if ``rank``'s count reached a new multiple
@@ -195,7 +201,7 @@ class GroupGenerator:
     def _generate(self, requester: int) -> None:
         active = frozenset(self.active - self.paused)
         backlog = [len(b) for b in self.buffers]
-        groups = self.strategy.generate(requester, tuple(self.counts), active, backlog)
+        groups = self.strategy.generate(requester, self.steps_since_consensus(), active, backlog)
         seen: set[int] = set()
         for group in groups:
             if seen.intersection(group) or not active.issuperset(group):
@@ -213,6 +219,13 @@ class GroupGenerator:
             if len(group) > 1:
                 for member in group:
                     self.buffers[member].append(group)
+
+    def steps_since_consensus(self) -> tuple[int, ...]:
+        """Each rank's requests since all ranks last held one model: how far one lags
+        another now. Counted from the start, ranks with uneven data (a ``join`` per epoch)
+        would drift apart for good, and the threshold rule would leave the one that took
+        the most steps alone."""
+        return tuple(c - at for c, at in zip(self.counts, self.counts_at_consensus, strict=True))
 
     def silence(self) -> list[float | None]:
         """Seconds since each rank last asked for anything (since start, if never); None for

@@ -42,6 +42,51 @@ def test_a_rank_rejoins_once_finished_and_its_syncs_go_on_from_the_last():
     assert gg.next_group(0) == (0, 1)
 
 
+def _smart_generator(size: int) -> GroupGenerator:
+    return GroupGenerator(make_strategy(PragueConfig(strategy="smart"), Topology(size, size)))
+
+
+def _alone_steps(gg: GroupGenerator, rank: int, steps: int) -> None:
+    for _ in range(steps):
+        assert gg.next_group(rank) == (rank,)
+
+
+def test_after_join_the_rank_with_the_most_steps_meets_the_others_again():
+    """Two epochs of uneven data: the threshold rule counts steps since the join's world
+    average. Counted from the start, the rank that took 18 steps in the first epoch against
+    the others' 6 stayed "ahead" for the rest of the run, and its own requests made no group
+    (on 4 real ranks, 25 of its 36 steps alone)."""
+    gg = _smart_generator(2)
+    gg.finish(0)  # rank 0 joins at once; rank 1 takes 18 steps alone, then joins
+    _alone_steps(gg, 1, 18)
+    gg.finish(1)
+    gg.rejoin(0)
+    gg.rejoin(1)
+    assert gg.steps_since_consensus() == (0, 0)
+    assert gg.next_group(1) == (0, 1)
+
+
+@pytest.mark.parametrize("joined", [0, 1, 2])
+def test_ranks_still_training_meet_in_groups_after_one_has_joined(joined):
+    gg = _smart_generator(4)
+    gg.finish(joined)
+    for rank in sorted(set(range(4)) - {joined}):
+        group = gg.next_group(rank)
+        assert len(group) == 2 and joined not in group, group
+
+
+def test_after_a_world_average_lag_counts_from_it():
+    gg = _smart_generator(2)
+    gg.next_group(0)
+    for _ in range(6):
+        gg.next_group(1)  # the first is (0, 1), buffered for rank 0 too; then rank 0 lags
+    assert gg.next_group(1) == (1,)
+    assert gg.sync(1, 1).world_averages == 1
+    assert gg.sync(0, 1).world_averages == 1
+    assert gg.steps_since_consensus() == (0, 0)
+    assert gg.next_group(1) == (0, 1)
+
+
 def test_a_rank_that_has_not_finished_cannot_rejoin():
     gg = random_generator(2)
     with pytest.raises(ValueError, match="rank 1 asked to rejoin but it has not finished"):
