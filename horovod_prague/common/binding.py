@@ -26,7 +26,7 @@ from .config import PragueConfig
 from .group_generator import Owed, WorldGroup, holding_up
 from .overlap import GroupWaitTimeout, Overlap, OverlappedAverager, PendingAverage, awaiting
 from .protocol import CoordinatorTimeout
-from .runtime import PragueRuntime, initialize
+from .runtime import PragueRuntime, elastic, initialize
 from .strategies import Group
 
 T = TypeVar("T")
@@ -43,6 +43,10 @@ def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as e:
             if getattr(e, "names_the_stopped_rank", False) or not _says_a_rank_is_gone(e):
                 raise
+            if elastic():  # Horovod elastic resets; the survivors' new world names no one
+                if _is_horovod_internal(e):
+                    raise
+                raise _for_elastic(e) from e
             if isinstance(e, GroupWaitTimeout):
                 named = GroupWaitTimeout(f"{e}. {self._holding_up(e.group)}")
                 named.group = e.group
@@ -60,9 +64,23 @@ def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
 def _says_a_rank_is_gone(error: Exception) -> bool:
     """A missed deadline, a Group Generator that is gone or silent, or Horovod's own error (a
     peer's connection closed: Horovod shuts down and fails every collective)."""
-    return isinstance(error, (GroupWaitTimeout, ConnectionError, CoordinatorTimeout)) or any(
-        cls.__name__ == "HorovodInternalError" for cls in type(error).__mro__
-    )
+    return isinstance(
+        error, (GroupWaitTimeout, ConnectionError, CoordinatorTimeout)
+    ) or _is_horovod_internal(error)
+
+
+def _for_elastic(error: Exception) -> Exception:
+    """``error`` as Horovod's ``HorovodInternalError``, on which ``hvd.elastic.run`` restores
+    the last committed state and resets instead of ending the job."""
+    from horovod.common.exceptions import HorovodInternalError
+
+    internal = HorovodInternalError(f"{type(error).__name__}: {error}")
+    internal.names_the_stopped_rank = True  # type: ignore[attr-defined]
+    return internal
+
+
+def _is_horovod_internal(error: Exception) -> bool:
+    return any(cls.__name__ == "HorovodInternalError" for cls in type(error).__mro__)
 
 
 def _with_more(error: Exception, more: str) -> Exception:
@@ -88,16 +106,23 @@ class Binding(abc.ABC):
 
     def __init__(self, hvd: ModuleType) -> None:
         self.hvd = hvd
+        self._tracked: list[Callable[[], list[Any]]] = []
+        self._crashed = False
+        self._initialized_with: tuple[PragueConfig, dict[str, Any]] | None = None
+        self._init_call: tuple[Any, Any, dict[str, Any]] | None = None
+        """``init``'s arguments, with which an elastic reset initializes again."""
+        self._new_job()
+
+    def _new_job(self) -> None:
+        """Forget the state of the job's world: the Group Generator connection, averages in
+        flight, collective names, step counts. Made at start and by an elastic ``reset``."""
         self._runtime: PragueRuntime | None = None
         self._averager: OverlappedAverager | None = None
         self._occurrences: collections.Counter[Group] = collections.Counter()
-        self._tracked: list[Callable[[], list[Any]]] = []
         self._last_exchanged: list[Any] = []
         self._exchanges_since_consensus = 0
         self._exchange_counts: collections.Counter[str] = collections.Counter()
         self._exchange_s = 0.0
-        self._crashed = False
-        self._initialized_with: tuple[PragueConfig, dict[str, Any]] | None = None
 
     @abc.abstractmethod
     def tensors(self, source: Any) -> list[Any]:
@@ -164,6 +189,7 @@ class Binding(abc.ABC):
         if comm is not None:
             horovod_kwargs["comm"] = comm
         runtime = initialize(self.hvd, config, horovod_kwargs)
+        self._init_call = (comm, process_sets, prague_options)
         staleness = config.staleness_for(runtime.topology.size)
         self._averager = None
         if staleness > 0 and self.can_overlap:
@@ -174,9 +200,28 @@ class Binding(abc.ABC):
         self._initialized_with = (config, horovod_args)
         if first:
             self._watch_for_crash()
-            atexit.register(self.leave)
+            atexit.register(self._at_exit)
         if self.starts_in_init:
             self._runtime.start()
+
+    def reset(self) -> None:
+        """Horovod elastic's reset under Prague (``hvd.elastic.run`` calls it after a worker
+        was lost or the hosts changed): Horovod shuts down and initializes again for the new
+        world, and Prague with it, as ``init`` was called: a new Group Generator on the new
+        rank 0, the options checked again, the process sets registered again (Horovod's
+        dynamic process sets, in the same order on every rank, as on a worker that joins).
+        Averages in flight are dropped, not applied: their group may have lost a member, and
+        the elastic state restores or broadcasts the model next.
+        """
+        if self._runtime is not None:
+            self._runtime.close()
+        self._new_job()
+        self.hvd.shutdown()
+        if self._init_call is None:
+            self.hvd.init()
+            return
+        comm, process_sets, prague_options = self._init_call
+        self.init(comm, process_sets, **prague_options)
 
     def runtime(self) -> PragueRuntime:
         """This rank's Prague state, started (collective on the first call where ``init`` did
@@ -614,8 +659,8 @@ class Binding(abc.ABC):
     def leave(self) -> None:
         """At the end of a run: ``finish`` the tracked models unless this rank already left.
 
-        Registered with ``atexit`` by ``init``, so an unmodified script ends with every rank
-        holding the same model and no rank waiting for one that exited. Skipped when the
+        Run at exit (``_at_exit``, registered by ``init``), so an unmodified script ends with
+        every rank holding the same model and no rank waiting for one that exited. Skipped when the
         process is ending with an uncaught exception: the job is failing, and a crashed rank
         should not wait for the others.
         """
@@ -625,6 +670,16 @@ class Binding(abc.ABC):
         if not self._tracked and not self._last_exchanged:
             return
         self.finish(self.tracked())
+
+    def _at_exit(self) -> None:
+        """``leave``, then close the Group Generator connection (on rank 0, the Group
+        Generator): one exit handler for every runtime this process has had, so the current
+        one is closed after it is left, however many resets made it."""
+        try:
+            self.leave()
+        finally:
+            if self._runtime is not None:
+                self._runtime.close()
 
     def _watch_for_crash(self) -> None:
         previous = sys.excepthook

@@ -100,6 +100,14 @@ REPLACED: dict[str, tuple[str, tuple[str, ...]]] = {
         "horovod_prague.keras",
         ("init", "shutdown", "DistributedOptimizer", *KERAS_GLOBAL_COLLECTIVES),
     ),
+    # ``hvd.elastic.run``'s reset (Keras's elastic runs TensorFlow's), and the broadcast with
+    # which an elastic state's ``commit`` checks for host changes, a global collective.
+    "horovod.torch.elastic": ("horovod_prague.torch.elastic", ("_reset",)),
+    "horovod.torch.elastic.state": ("horovod_prague.torch.elastic", ("broadcast_object",)),
+    "horovod.tensorflow.elastic": (
+        "horovod_prague.tensorflow.elastic",
+        ("_reset", "broadcast_object"),
+    ),
 }
 # Standalone Keras (``import keras``), which is Keras 3 with TensorFlow 2.16 and later, where
 # Horovod 0.28's wrappers do not work; scripts use ``horovod.tensorflow.keras`` with tf-keras.

@@ -15,7 +15,6 @@ TensorFlow after ``hvd.init()`` as with stock Horovod.
 
 from __future__ import annotations
 
-import atexit
 import ipaddress
 import os
 import socket
@@ -62,7 +61,6 @@ class PragueRuntime:
         self.syncs = 0
         self.finished = False
         self.finals = 0
-        atexit.register(self.close)
 
     @property
     def started(self) -> bool:
@@ -181,10 +179,22 @@ def initialize(
             "Horovod is already initialized; Prague must register its process sets in "
             "hvd.init, so call horovod_prague's init() instead of Horovod's"
         )
-    announced = check_before_init(config.agreed(), config.timeout) or Topology.from_env()
+    user_sets = horovod_kwargs.pop("process_sets", None) or []
+    if elastic():
+        # Every reset starts a new world, of a size the launcher's variables do not tell, and
+        # a worker that joins never resets: every rank adds the sets after init, in one order.
+        if user_sets not in ([], "dynamic"):
+            raise ValueError(
+                "process_sets: under Horovod elastic, Prague registers its process sets "
+                "after each reset; give hvd.init(process_sets='dynamic') and add yours with "
+                "hvd.add_process_set"
+            )
+        user_sets = "dynamic"
+        announced = None
+    else:
+        announced = check_before_init(config.agreed(), config.timeout) or Topology.from_env()
     strategy = make_strategy(config, announced) if announced else None
     registered: list[Any] | None = None
-    user_sets = horovod_kwargs.pop("process_sets", None) or []
     if user_sets == "dynamic":  # Horovod's dynamic process sets: Prague adds its sets after init
         horovod_kwargs["process_sets"] = "dynamic"
         user_sets, strategy = [], None
@@ -214,6 +224,11 @@ def initialize(
     if strategy is None:
         strategy = make_strategy(config, Topology(hvd.size(), hvd.local_size()))
     return PragueRuntime(hvd, config, strategy, registered)
+
+
+def elastic() -> bool:
+    """Whether this worker runs under Horovod elastic (``horovodrun --min-np`` and the like)."""
+    return os.environ.get("HOROVOD_ELASTIC") == "1"
 
 
 def _layout(hvd: ModuleType) -> tuple[Topology, list[str]]:

@@ -19,6 +19,7 @@ wrappers stage their Prague step as a ``tf.py_function``; ``partial_allreduce``,
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import tensorflow as _tf
@@ -29,6 +30,9 @@ from .binding import _hvd
 from .binding import binding as _binding
 from .optimizer import DistributedGradientTape as DistributedGradientTape
 from .optimizer import DistributedOptimizer as DistributedOptimizer
+
+# Prague's elastic module; ``from . import elastic`` would find Horovod's, star-imported above.
+elastic = importlib.import_module(f"{__name__}.elastic")
 
 init = _binding.init
 runtime = _binding.runtime

@@ -21,6 +21,8 @@ Four functions are added for explicit use::
 
 from __future__ import annotations
 
+import importlib
+
 from horovod.torch import *  # noqa: F403  (the whole Horovod API, re-exported)
 
 from ..common.import_hook import TORCH_GLOBAL_COLLECTIVES
@@ -28,6 +30,9 @@ from .binding import _hvd
 from .binding import binding as _binding
 from .optimizer import DistributedOptimizer as DistributedOptimizer
 from .optimizer import broadcast_optimizer_state as _broadcast_optimizer_state
+
+# Prague's elastic module; ``from . import elastic`` would find Horovod's, star-imported above.
+elastic = importlib.import_module(f"{__name__}.elastic")
 
 init = _binding.init
 runtime = _binding.runtime

@@ -51,7 +51,10 @@ def test_partial_allreduce_gives_the_exact_group_mean(tmp_path, controller, stra
             for m in group:
                 assert members[m]["after"][i] == expected, (group, i)
         averaged += 1
-    assert averaged >= 6
+    # static and allreduce group every step; smart's first generation groups every rank.
+    # How many more form depends on which rank asks when; AD-PSGD's passive ranks may even
+    # finish before an active rank asks, so its count is not checked.
+    assert averaged >= {"static": 6, "allreduce": 6, "smart": 1}.get(strategy, 0)
     finals = [rep["final"] for rep in job.reports]
     assert all(f == finals[0] for f in finals)
 
@@ -145,6 +148,7 @@ def test_mixed_training_with_join_ends_with_the_reference_model(tmp_path):
     assert 0 < counts.pop() <= sum(r["forwards"] for r in reps) // MIX_RANKS
 
 
+@pytest.mark.timing
 def test_a_straggler_slows_only_its_own_groups(tmp_path):
     """Rank 3 turns 300 ms slower per step halfway through each job.
 

@@ -72,6 +72,24 @@ def test_importing_our_package_first_works_too():
     assert out == ["horovod_prague.torch horovod.torch.mpi_ops"]
 
 
+@pytest.mark.parametrize("drop_in", [True, False], ids=["drop-in", "explicit"])
+def test_elastic_resets_and_commits_go_through_prague(drop_in):
+    """``hvd.elastic.run`` resets through ``Binding.reset``, and an elastic state's commit
+    broadcasts behind the guard, under the drop-in and with ``horovod_prague.torch`` alike."""
+    out = _python(
+        (
+            "from horovod_prague.common import import_hook\nimport_hook.install()\n"
+            if drop_in
+            else ""
+        )
+        + ("import horovod.torch as hvd\n" if drop_in else "import horovod_prague.torch as hvd\n")
+        + "import horovod.torch.elastic as e, horovod.torch.elastic.state as s\n"
+        "print(e._reset.__prague_target__, s.broadcast_object.__prague_target__)\n"
+        "print(hvd.elastic.run is e.run)\n"
+    )
+    assert out == ["horovod_prague.torch.elastic horovod_prague.torch.elastic", "True"]
+
+
 @pytest.mark.skipif(
     not any((Path(p) / "horovod_prague_dropin.pth").exists() for p in site.getsitepackages()),
     reason="horovod-prague is not installed (scripts/bootstrap.py installs it)",

@@ -86,7 +86,7 @@ def test_a_second_init_with_the_same_options_does_nothing(calls, kind):
     b.init(group_size=2, strategy="static", staleness="auto")  # the same, spelt otherwise
     assert b._runtime is runtime and b._averager is averager
     assert calls["runtimes"] == [runtime]
-    assert calls["atexit"].count("crash") == 1 and calls["atexit"].count(b.leave) == 1
+    assert calls["atexit"].count("crash") == 1 and calls["atexit"].count(b._at_exit) == 1
 
 
 def test_a_second_init_under_the_drop_in_takes_the_same_options_from_the_environment(
@@ -146,9 +146,37 @@ def test_init_after_shutdown_starts_afresh_with_any_options(calls):
     b.init(strategy="random", staleness="0")
     assert len(calls["runtimes"]) == 2 and b._runtime is calls["runtimes"][1]
     assert b._runtime.started and b._averager is None  # blocking now: the old averager is gone
-    assert calls["atexit"].count("crash") == 1 and calls["atexit"].count(b.leave) == 1
+    assert calls["atexit"].count("crash") == 1 and calls["atexit"].count(b._at_exit) == 1
     b.init(strategy="random", staleness="0")
     assert len(calls["runtimes"]) == 2
+
+
+class PendingNeverApplied:
+    def ready(self) -> bool:
+        return True
+
+    def apply(self) -> None:
+        raise AssertionError("an average in flight at a reset must be dropped")
+
+
+def test_an_elastic_reset_initializes_again_as_init_was_called(calls):
+    """``hvd.elastic.run``'s reset: the old runtime is closed, Horovod shut down, and Prague
+    initialized again with ``init``'s arguments; the averages in flight are dropped and the
+    collective names and step counts start again, as on a worker that joins the new world."""
+    hvd = FakeHorovod()
+    b = StandInBinding(hvd)
+    b.init(strategy="static", group_size=2)
+    first = b._runtime
+    b._averager.start(PendingNeverApplied(), (0, 1))
+    b._occurrences[(0, 1)] += 3
+    b._exchange_counts["steps"] += 7
+    b.reset()
+    assert first.closed and hvd.shutdowns == 1
+    assert calls["runtimes"] == [first, b._runtime] and b._runtime.started
+    assert b.config().strategy == "static" and b.config().group_size == 2
+    assert b._averager.in_flight() == 0 and not b._occurrences
+    assert b.exchange_stats()["steps"] == 0 and b.average_weight() == 1.0
+    assert calls["atexit"].count(b._at_exit) == 1
 
 
 def test_a_failed_init_can_be_retried(calls, monkeypatch):
@@ -162,3 +190,21 @@ def test_a_failed_init_can_be_retried(calls, monkeypatch):
             b.init()
     b.init()
     assert len(calls["runtimes"]) == 1 and b._runtime.started
+
+
+class LostPartner:
+    def drain(self) -> None:
+        raise ConnectionError("lost the connection to the Prague Group Generator")
+
+
+def test_under_elastic_a_lost_rank_is_horovods_internal_error(calls, monkeypatch):
+    """On which ``hvd.elastic.run`` restores the committed state and resets (any other error
+    ends the job)."""
+    from horovod.common.exceptions import HorovodInternalError
+
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+    b = StandInBinding(FakeHorovod())
+    b.init(strategy="static")
+    b._averager = LostPartner()
+    with pytest.raises(HorovodInternalError, match="ConnectionError: lost the connection"):
+        b.drain()

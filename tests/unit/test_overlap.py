@@ -538,14 +538,15 @@ def test_call_with_deadline_returns_raises_and_gives_up_in_time():
     release.set()
 
 
-class ReadyAt(PendingAverage):
-    """Ready once ``time.perf_counter()`` has passed ``at``."""
+class ReadyAfterPolls(PendingAverage):
+    """Ready from its ``polls``-th ``ready()`` call on: waits that do not depend on timing."""
 
-    def __init__(self, at: float) -> None:
-        self.at = at
+    def __init__(self, polls: int) -> None:
+        self.polls = polls
 
     def ready(self) -> bool:
-        return time.perf_counter() >= self.at
+        self.polls -= 1
+        return self.polls <= 0
 
     def apply(self) -> None:
         pass
@@ -553,15 +554,14 @@ class ReadyAt(PendingAverage):
 
 def test_waited_s_counts_the_time_spent_waiting_out_staleness_and_nothing_else():
     averager = OverlappedAverager(staleness=1, timeout=5.0)
-    averager.start(ReadyAt(0.0), (0, 1))
+    averager.start(ReadyAfterPolls(1), (0, 1))
     assert averager.may_start() and averager.waited_s == 0.0  # already complete: no wait
     began = time.perf_counter()
-    averager.start(ReadyAt(began + 0.05), (0, 1))
+    averager.start(ReadyAfterPolls(5), (0, 1))
     assert averager.may_start()
     took = time.perf_counter() - began
-    # The averager's clock starts a moment after ``began``: allow it that moment.
-    assert averager.waits == 1 and 0.045 <= averager.waited_s <= took
+    assert averager.waits == 1 and 0.0 < averager.waited_s <= took
     waited = averager.waited_s
-    averager.start(ReadyAt(time.perf_counter() + 0.02), (0, 1))
+    averager.start(ReadyAfterPolls(5), (0, 1))
     averager.drain()  # a drain outside a step (consensus, finish) is not a staleness wait
     assert averager.waited_s == waited
