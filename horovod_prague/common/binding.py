@@ -64,9 +64,12 @@ def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
 def _says_a_rank_is_gone(error: Exception) -> bool:
     """A missed deadline, a Group Generator that is gone or silent, or Horovod's own error (a
     peer's connection closed: Horovod shuts down and fails every collective)."""
-    return isinstance(
-        error, (GroupWaitTimeout, ConnectionError, CoordinatorTimeout)
-    ) or _is_horovod_internal(error)
+    return (
+        isinstance(error, (GroupWaitTimeout, ConnectionError, CoordinatorTimeout))
+        or _is_horovod_internal(error)
+        # TensorFlow's Horovod ops fail with the framework's own error type, saying so.
+        or "Horovod has been shut down" in str(error)
+    )
 
 
 def _for_elastic(error: Exception) -> Exception:
@@ -200,7 +203,10 @@ class Binding(abc.ABC):
         self._initialized_with = (config, horovod_args)
         if first:
             self._watch_for_crash()
-            atexit.register(self._at_exit)
+        # After Horovod's init, which registers its shutdown at exit each time: ours must run
+        # before it (exit handlers run last registered first), after a reset too.
+        atexit.unregister(self._at_exit)
+        atexit.register(self._at_exit)
         if self.starts_in_init:
             self._runtime.start()
 

@@ -457,7 +457,7 @@ class GroupGeneratorClient:
         self.where = f"{host}:{port}"
         self.token = token
         self.rank = rank
-        self.timeout = timeout
+        self._timeout = timeout
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._broken: str | None = None
@@ -485,6 +485,16 @@ class GroupGeneratorClient:
             raise ConnectionError(
                 f"rank {rank}: the Prague Group Generator at {self.where} failed the greeting: {e}"
             ) from None
+
+    @property
+    def timeout(self) -> float:
+        """Seconds each request waits for its reply (and the greeting waited)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._timeout = seconds
+        self._sock.settimeout(seconds)
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         with self._lock:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -294,11 +295,11 @@ def wait_until(ready: Callable[[], bool], timeout: float, late: Callable[[], str
     deadline, slow = began + timeout, began + SLOW_WAIT_SHARE * timeout
     while not ready():
         now = time.monotonic()
+        if now > slow:  # reported once, also when the first look is already past the deadline
+            slow = math.inf
+            _report_slow_wait()
         if now > deadline:
             raise GroupWaitTimeout(late())
-        if now > slow:
-            slow = deadline
-            _report_slow_wait()
         time.sleep(delay)
         delay = min(delay * 2, 1e-3)
 

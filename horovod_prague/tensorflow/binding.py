@@ -47,11 +47,14 @@ class TensorflowBinding(Binding):
 
     def __init__(self, hvd: Any) -> None:
         super().__init__(hvd)
-        self._pending: list[tf.Variable] = []
         self._deferred_steps = PragueSteps(self)
         self.tape_sources: dict[Any, tf.Variable] = {}
         """Every variable a tape has differentiated, by reference, in the order first seen
         (inside a ``tf.function``: when it was traced). Tracked as one model."""
+
+    def _new_job(self) -> None:
+        super()._new_job()
+        self._pending: list[tf.Variable] = []  # a reset drops the deferred step too
 
     def tensors(self, source: Any) -> list[tf.Variable]:
         if isinstance(source, tf.Variable):

@@ -31,8 +31,16 @@ KILL = {
 }
 
 
-@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
-def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, flags):
+@pytest.mark.parametrize(
+    ("script", "flags"),
+    [
+        ("elastic_torch.py", ()),
+        ("elastic_torch.py", ("--prague",)),
+        ("tf_elastic.py", ("--prague",)),
+    ],
+    ids=["torch-stock", "torch-prague", "tensorflow-prague"],
+)
+def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, script, flags):
     """Stock Horovod and the flag alike: the worker on ``127.0.0.1`` dies at step 12; the two
     on ``localhost`` reset (under the flag: a new Group Generator and process sets for the
     world of 2) and take the 40 steps, restarting from the last commit. Under the flag they
@@ -40,7 +48,7 @@ def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, fla
     in Horovod's shutdown, "terminate called after throwing an instance of
     'gloo::IoException'")."""
     job = run_ranks(
-        "elastic_torch.py",
+        script,
         tmp_path,
         launcher=ELASTIC,
         launcher_flags=flags,

@@ -246,13 +246,13 @@ def test_oversized_lengths_are_refused_before_the_body_is_read(server):
 
 
 def test_a_connection_without_hello_is_cut_after_the_handshake_limit():
-    with GroupGeneratorServer(generator(), TOKEN, "fp", handshake_timeout=0.2) as srv:
+    with GroupGeneratorServer(generator(), TOKEN, "fp", handshake_timeout=1.0) as srv:
         ranked = client(srv, rank=1)
         ranked.hello("fp")
         start = time.monotonic()
         silent, greeted = Raw(srv, greet=False), Raw(srv)
-        assert silent.closed_within(5) and greeted.closed_within(5)
-        assert 0.2 <= time.monotonic() - start < 4
+        assert silent.closed_within(6) and greeted.closed_within(6)
+        assert 1.0 <= time.monotonic() - start < 6
         assert srv.dropped["handshake_timeout"] == 2
         late = Raw(srv)  # a later round of the expiry check, ranked is still served
         assert late.closed_within(5)
@@ -262,7 +262,7 @@ def test_a_connection_without_hello_is_cut_after_the_handshake_limit():
 
 def test_idle_and_stalled_ranks_are_cut_when_limits_are_set():
     with GroupGeneratorServer(
-        generator(), TOKEN, "fp", handshake_timeout=0.2, idle_timeout=0.3
+        generator(), TOKEN, "fp", handshake_timeout=1.0, idle_timeout=1.0
     ) as srv:
         idle = Raw(srv)
         idle.hello(1)
@@ -333,8 +333,9 @@ class BlockingGenerator(GroupGenerator):
 def test_after_a_timeout_the_client_reports_the_lost_connection():
     gg = BlockingGenerator(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
     with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
-        c = client(srv, rank=1, timeout=0.3)
+        c = client(srv, rank=1)
         c.hello("fp")
+        c.timeout = 0.3  # only for the call meant to time out
         with pytest.raises(protocol.CoordinatorTimeout, match="did not answer 'next' within 0.3s"):
             c.next_group()
         gg.release.set()  # the late reply goes to a closed socket
@@ -363,12 +364,14 @@ def test_a_report_answered_late_leaves_the_connection_working(late):
     the error); its late reply is dropped, and the rank's next requests are answered."""
     gg = SlowToNoteWaits(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
     with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
-        c = client(srv, rank=1, timeout=0.3)
+        c = client(srv, rank=1)
         c.hello("fp")
+        c.timeout = 0.3  # only for the calls meant to time out
         for _ in range(late):
             with pytest.raises(protocol.CoordinatorTimeout, match="did not answer 'waiting'"):
                 c.waiting((0, 1))
         gg.release.set()
+        c.timeout = 5.0
         assert c.next_group() == (0, 1)
         assert 1 in c.next_group()
         c.waiting((0, 1))
@@ -385,11 +388,13 @@ class RefusesWaitsLate(SlowToNoteWaits):
 def test_a_late_reply_the_server_closed_after_is_reported_with_its_error():
     gg = RefusesWaitsLate(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
     with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
-        c = client(srv, rank=1, timeout=0.3)
+        c = client(srv, rank=1)
         c.hello("fp")
+        c.timeout = 0.3  # only for the call meant to time out
         with pytest.raises(protocol.CoordinatorTimeout):
             c.waiting((0, 1))
         gg.release.set()
+        c.timeout = 5.0
         with pytest.raises(ConnectionError, match="after refusing an earlier 'waiting'.*no waits"):
             c.next_group()
         with pytest.raises(ConnectionError, match="lost after an earlier error"):
@@ -435,11 +440,13 @@ def test_only_the_one_late_reply_of_a_request_given_up_is_dropped():
             lambda r: [{"id": r["id"], "ok": True, "group": [0, 1]}],
         ]
     )
-    c = GroupGeneratorClient(*srv.address, TOKEN, rank=1, timeout=0.3)
+    c = GroupGeneratorClient(*srv.address, TOKEN, rank=1, timeout=5.0)
     c.hello("fp")
+    c.timeout = 0.3  # only for the call meant to time out
     with pytest.raises(protocol.CoordinatorTimeout, match="'waiting'"):
         c.waiting((0, 1))
     release.set()
+    c.timeout = 5.0
     with pytest.raises(protocol.ProtocolError, match="reply id 2 does not match request id 3"):
         c.next_group()
     with pytest.raises(

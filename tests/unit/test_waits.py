@@ -85,7 +85,7 @@ def test_a_long_wait_is_reported_once_then_times_out_carrying_its_group():
         averager.drain()
     assert raised.value.group == (0, 5)
     assert [group for _, group in said] == [(0, 5)]
-    assert SLOW_WAIT_SHARE * 0.4 <= said[0][0] - began < 0.4
+    assert SLOW_WAIT_SHARE * 0.4 <= said[0][0] - began
 
 
 def test_a_short_wait_is_not_reported():
@@ -101,10 +101,11 @@ def test_a_blocking_call_that_waits_long_is_reported_and_carries_its_group():
     release = threading.Event()
     with pytest.raises(GroupWaitTimeout) as raised, awaiting((1, 2), said.append):
         BackgroundCall(lambda: release.wait(30)).result(0.4, lambda: "late")
-    release.set()
     assert said == [(1, 2)] and raised.value.group == (1, 2)
     # Outside ``awaiting`` a long wait reports to no one.
-    assert BackgroundCall(lambda: time.sleep(0.2)).result(0.4, lambda: "late") is None
+    with pytest.raises(GroupWaitTimeout):
+        BackgroundCall(lambda: release.wait(30)).result(0.4, lambda: "late")
+    release.set()
     assert said == [(1, 2)]
 
 

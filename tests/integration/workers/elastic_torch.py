@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import horovod.torch as hvd
 import torch
@@ -45,6 +46,8 @@ def main() -> None:
     kill_host = os.environ.get("PRAGUE_KILL_HOST")
     kill_step = int(os.environ.get("PRAGUE_KILL_STEP", "-1"))
     sizes: list[int] = []  # the world's size at each start of ``train``
+    done: list[float] = []  # when each step ended (time.monotonic)
+    starts: list[int] = []  # how many steps had ended at each start of ``train``
     resets: list[int] = []  # and at each reset (elastic state restores its own attributes)
 
     def on_reset() -> None:
@@ -58,6 +61,7 @@ def main() -> None:
     @hvd.elastic.run
     def train(state: hvd.elastic.TorchState) -> None:
         sizes.append(hvd.size())
+        starts.append(len(done))
         try:
             steps(state)
         except Exception as e:  # what made this rank reset, for the job's log
@@ -73,6 +77,7 @@ def main() -> None:
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x[i : i + 8]), y[i : i + 8]).backward()
             optimizer.step()
+            done.append(time.monotonic())
             state.step += 1
             if state.step % COMMIT_EVERY == 0:
                 state.commit()
@@ -86,6 +91,9 @@ def main() -> None:
             "sizes": sizes,
             "step": state.step,
             "resets": resets,
+            # From the last step before each reset to the first after it, on this rank.
+            "recovery_s": [done[i] - done[i - 1] for i in starts[1:] if 0 < i < len(done)],
+            "wall_s": done[-1] - done[0] if done else 0.0,
             "parameters": digest(model.parameters()),
             "model": digest(model.state_dict().values()),
             "loss": float(loss.detach()),
