@@ -246,6 +246,7 @@ class Binding(abc.ABC):
         """The options this job runs with."""
         return self.runtime().config
 
+    @_naming_the_stopped_rank
     def next_group(self) -> Group:
         """Ask the Group Generator for this rank's next group (sorted ranks); blocks until known.
 

@@ -75,7 +75,7 @@ class PragueRuntime:
             return
         _check_agreement(self.hvd, self.config)
         topology, self.hosts = _layout(self.hvd)
-        if topology != self.topology:
+        if topology != self.topology and not elastic():  # elastic: hosts ignored, above
             raise RuntimeError(f"Prague was set up for {self.topology}, Horovod reports {topology}")
         self._client = self._connect()
 
@@ -222,8 +222,20 @@ def initialize(
             f"ranks register different process sets. This rank: {_describe(config)}."
         ) from e
     if strategy is None:
-        strategy = make_strategy(config, Topology(hvd.size(), hvd.local_size()))
+        strategy = make_strategy(config, _topology_after_init(hvd))
     return PragueRuntime(hvd, config, strategy, registered)
+
+
+def _topology_after_init(hvd: ModuleType) -> Topology:
+    """The layout for process sets added after ``init``, which every rank must derive alike.
+
+    Under elastic a world's hosts may hold different numbers of ranks, which no rank can see
+    without a collective (and TensorFlow's runtime must stay unstarted in ``init``): the
+    groups are drawn as on one node, ignoring hosts. Otherwise nodes of equal size, as the
+    launcher placed them."""
+    if elastic():
+        return Topology(hvd.size(), hvd.size())
+    return Topology(hvd.size(), hvd.local_size())
 
 
 def elastic() -> bool:

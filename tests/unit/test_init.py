@@ -215,3 +215,14 @@ def test_under_elastic_a_lost_rank_is_horovods_internal_error(calls, monkeypatch
     b._averager = LostPartner()
     with pytest.raises(HorovodInternalError, match="ConnectionError: lost the connection"):
         b.drain()
+
+
+def test_under_elastic_groups_ignore_hosts_so_every_rank_derives_one_layout(monkeypatch):
+    """A world after a reset may have hosts of 2 and 1 ranks: each rank sees only its own
+    host's size, so the layout for the process sets added after init must not depend on it."""
+    from horovod_prague.common.runtime import _topology_after_init
+
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+    for local_size in (2, 1):
+        hvd = types.SimpleNamespace(size=lambda: 3, local_size=lambda n=local_size: n)
+        assert _topology_after_init(hvd) == Topology(3, 3)
