@@ -111,9 +111,7 @@ class Binding(abc.ABC):
         self.hvd = hvd
         self._tracked: list[Callable[[], list[Any]]] = []
         self._crashed = False
-        self._initialized_with: tuple[PragueConfig, dict[str, Any]] | None = None
-        self._init_call: tuple[Any, Any, dict[str, Any]] | None = None
-        """``init``'s arguments, with which an elastic reset initializes again."""
+        self._init_call: InitCall | None = None
         self._new_job()
 
     def _new_job(self) -> None:
@@ -182,17 +180,18 @@ class Binding(abc.ABC):
         does nothing; with others it raises ValueError naming each that differs. After
         ``shutdown`` it initializes Horovod and Prague afresh, with any options.
         """
-        config = PragueConfig.from_sources(prague_options)
-        horovod_args = {"comm": comm, "process_sets": _comparable_sets(process_sets)}
-        if self._runtime is not None and self._initialized_with is not None:
-            _check_same_init(self._initialized_with, (config, horovod_args))
+        call = InitCall(
+            comm, process_sets, prague_options, PragueConfig.from_sources(prague_options)
+        )
+        if self._runtime is not None and self._init_call is not None:
+            self._init_call.check_same(call)
             return
-        first = self._initialized_with is None
+        first = self._init_call is None
+        config = call.config
         horovod_kwargs: dict[str, Any] = {"process_sets": process_sets}
         if comm is not None:
             horovod_kwargs["comm"] = comm
         runtime = initialize(self.hvd, config, horovod_kwargs)
-        self._init_call = (comm, process_sets, prague_options)
         staleness = config.staleness_for(runtime.topology.size)
         self._averager = None
         if staleness > 0 and self.can_overlap:
@@ -200,7 +199,7 @@ class Binding(abc.ABC):
                 staleness, config.timeout, self._report_waiting, config.in_flight
             )
         self._runtime = runtime
-        self._initialized_with = (config, horovod_args)
+        self._init_call = call
         if first:
             self._watch_for_crash()
         # After Horovod's init, which registers its shutdown at exit each time: ours must run
@@ -226,8 +225,8 @@ class Binding(abc.ABC):
         if self._init_call is None:
             self.hvd.init()
             return
-        comm, process_sets, prague_options = self._init_call
-        self.init(comm, process_sets, **prague_options)
+        call = self._init_call
+        self.init(call.comm, call.process_sets, **call.prague_options)
 
     def runtime(self) -> PragueRuntime:
         """This rank's Prague state, started (collective on the first call where ``init`` did
@@ -698,30 +697,44 @@ class Binding(abc.ABC):
         sys.excepthook = excepthook
 
 
+@dataclasses.dataclass(frozen=True)
+class InitCall:
+    """The arguments of the ``init`` that started this job: a later call must repeat them,
+    and an elastic reset initializes with them again."""
+
+    comm: Any
+    process_sets: Any
+    prague_options: dict[str, Any]
+    config: PragueConfig
+
+    def compared(self) -> dict[str, Any]:
+        """The options and Horovod arguments, as a repeated ``init`` must give them."""
+        return {
+            **dataclasses.asdict(self.config),
+            "comm": self.comm,
+            "process_sets": _comparable_sets(self.process_sets),
+        }
+
+    def check_same(self, again: InitCall) -> None:
+        """ValueError naming each option or Horovod argument of ``again`` that differs from
+        this call's, with both values."""
+        before, now = self.compared(), again.compared()
+        differing = [k for k in now if now[k] != before[k]]
+        if differing:
+            details = ", ".join(f"{k}={now[k]!r} (was {before[k]!r})" for k in differing)
+            raise ValueError(
+                f"hvd.init() was called again with different options: {details}. Horovod "
+                "and Prague are already running with the first call's; call shutdown() "
+                "before initializing with others"
+            )
+
+
 def _comparable_sets(process_sets: Any) -> Any:
     """Horovod's ``process_sets`` argument as two calls of ``init`` compare it: sets given
     by ranks by their ranks, others (an MPI communicator's) as the objects."""
     if process_sets is None or isinstance(process_sets, str):
         return process_sets
     return [s if s.ranks is None else sorted(s.ranks) for s in process_sets]
-
-
-def _check_same_init(
-    before: tuple[PragueConfig, dict[str, Any]], now: tuple[PragueConfig, dict[str, Any]]
-) -> None:
-    """ValueError naming each option or Horovod argument of a repeated ``init`` that differs
-    from the first call's, with both values."""
-    (config_before, args_before), (config_now, args_now) = before, now
-    values_before = {**dataclasses.asdict(config_before), **args_before}
-    values_now = {**dataclasses.asdict(config_now), **args_now}
-    differing = [k for k in values_now if values_now[k] != values_before[k]]
-    if differing:
-        details = ", ".join(f"{k}={values_now[k]!r} (was {values_before[k]!r})" for k in differing)
-        raise ValueError(
-            f"hvd.init() was called again with different options: {details}. Horovod and "
-            "Prague are already running with the first call's; call shutdown() before "
-            "initializing with others"
-        )
 
 
 def signature(tensors: Iterable[Any]) -> str:

@@ -72,8 +72,9 @@ class GroupGenerator:
         size = strategy.topology.size
         self.size = size
         self.counts = [0] * size
-        # Each rank's count when all ranks last held one model (a sync's world average, or
-        # Horovod's join): the strategy compares steps taken since then, not since the start.
+        # Each rank's count when all ranks last held one model (a sync's world average, the
+        # periodic world group, or Horovod's join): the strategy compares steps taken since
+        # then, not since the start.
         self.counts_at_consensus = [0] * size
         self.world: Group = tuple(range(size))
         self.buffers: list[collections.deque[Group]] = [collections.deque() for _ in range(size)]
@@ -102,7 +103,10 @@ class GroupGenerator:
                 self._generate(rank)
             if not self.buffers[rank]:
                 return (rank,)
-            return self.buffers[rank].popleft()
+            group = self.buffers[rank].popleft()
+            if isinstance(group, WorldGroup):  # with this step, every rank holds one model
+                self.counts_at_consensus[rank] = self.counts[rank]
+            return group
 
     def sync(self, rank: int, sync_id: int) -> Owed:
         """What ``rank`` must run to reach global sync ``sync_id``: the groups already decided

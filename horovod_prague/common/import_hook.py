@@ -6,7 +6,7 @@ every worker. Without the variable the ``.pth`` line reads it and does nothing e
 
 ``install()`` puts a finder on ``sys.meta_path``. When ``horovod.torch``, ``horovod.tensorflow``
 or ``horovod.tensorflow.keras`` is imported, Horovod's own code runs unchanged; then the names
-in ``REPLACED`` are pointed at the Prague package's functions of the same name (looked up when
+in ``REPLACED`` are pointed at the Prague functions of the same name (looked up when
 called, so import order never matters). Horovod's originals stay reachable through
 ``originals()``, which is what the Prague packages call.
 """
@@ -79,34 +79,40 @@ KERAS_GLOBAL_COLLECTIVES = (
     "broadcast_global_variables",
 )
 
-# Horovod module -> (Prague module, names it replaces).
-REPLACED: dict[str, tuple[str, tuple[str, ...]]] = {
+# Horovod module -> the Prague modules whose functions replace its names, and those names.
+REPLACED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "horovod.torch": (
-        "horovod_prague.torch",
-        ("init", "shutdown", "join", "DistributedOptimizer", *TORCH_GLOBAL_COLLECTIVES),
+        (
+            "horovod_prague.torch",
+            ("init", "shutdown", "join", "DistributedOptimizer", *TORCH_GLOBAL_COLLECTIVES),
+        ),
     ),
     "horovod.tensorflow": (
-        "horovod_prague.tensorflow",
         (
-            "init",
-            "shutdown",
-            "join",
-            "DistributedOptimizer",
-            "DistributedGradientTape",
-            *TF_GLOBAL_COLLECTIVES,
+            "horovod_prague.tensorflow",
+            (
+                "init",
+                "shutdown",
+                "join",
+                "DistributedOptimizer",
+                "DistributedGradientTape",
+                *TF_GLOBAL_COLLECTIVES,
+            ),
         ),
     ),
     "horovod.tensorflow.keras": (
-        "horovod_prague.keras",
-        ("init", "shutdown", "DistributedOptimizer", *KERAS_GLOBAL_COLLECTIVES),
+        (
+            "horovod_prague.keras",
+            ("init", "shutdown", "DistributedOptimizer", *KERAS_GLOBAL_COLLECTIVES),
+        ),
     ),
     # ``hvd.elastic.run``'s reset (Keras's elastic runs TensorFlow's), and the broadcast with
-    # which an elastic state's ``commit`` checks for host changes, a global collective.
-    "horovod.torch.elastic": ("horovod_prague.torch.elastic", ("_reset",)),
-    "horovod.torch.elastic.state": ("horovod_prague.torch.elastic", ("broadcast_object",)),
+    # which an elastic state's ``commit`` checks for host changes: a global collective, guarded.
+    "horovod.torch.elastic": (("horovod_prague.torch.elastic", ("_reset",)),),
+    "horovod.torch.elastic.state": (("horovod_prague.torch", ("broadcast_object",)),),
     "horovod.tensorflow.elastic": (
-        "horovod_prague.tensorflow.elastic",
-        ("_reset", "broadcast_object"),
+        ("horovod_prague.tensorflow.elastic", ("_reset",)),
+        ("horovod_prague.tensorflow", ("broadcast_object",)),
     ),
 }
 # Standalone Keras (``import keras``), which is Keras 3 with TensorFlow 2.16 and later, where
@@ -126,15 +132,19 @@ def install() -> None:
 
 
 def patch(module: ModuleType) -> None:
-    """Point ``module``'s replaced names at the Prague package's functions."""
-    target, names = REPLACED[module.__name__]
+    """Point ``module``'s replaced names at Prague's functions."""
     saved = _originals.setdefault(module.__name__, {})
-    for name in names:
+    for name, target in replacements(module.__name__).items():
         original = getattr(module, name)
         if getattr(original, "__prague_target__", None) == target:
             continue
         saved[name] = original
         setattr(module, name, _forward(target, name, original))
+
+
+def replacements(module: str) -> dict[str, str]:
+    """Each name of Horovod's ``module`` that Prague replaces -> the Prague module that has it."""
+    return {name: target for target, names in REPLACED[module] for name in names}
 
 
 def originals(module: ModuleType) -> ModuleType:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from horovod.tensorflow.elastic import TensorFlowKerasState, TensorFlowState, run
 
-from ..common.elastic import guarded, patch_horovod, reset_of
+from ..common.elastic import patch_horovod
 from .binding import binding
 
 __all__ = ["TensorFlowKerasState", "TensorFlowState", "run"]
 
-_reset = reset_of(binding)
-broadcast_object = guarded("horovod_prague.tensorflow", "broadcast_object")
+_reset = binding.reset
 patch_horovod("horovod.tensorflow.elastic")

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from horovod.torch.elastic import ElasticSampler, TorchState, run
 
-from ..common.elastic import guarded, patch_horovod, reset_of
+from ..common.elastic import patch_horovod
 from .binding import binding
 
 __all__ = ["ElasticSampler", "TorchState", "run"]
 
-_reset = reset_of(binding)
-broadcast_object = guarded("horovod_prague.torch", "broadcast_object")
+_reset = binding.reset
 patch_horovod("horovod.torch.elastic", "horovod.torch.elastic.state")

@@ -24,7 +24,7 @@ from in_process import (
 from simulate import assert_shared_groups_in_one_order, simulate
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.group_generator import GroupGenerator, WorldGroup
 from horovod_prague.common.strategies import make_strategy
 from horovod_prague.common.topology import Topology
 
@@ -83,6 +83,20 @@ def test_after_a_world_average_lag_counts_from_it():
     assert gg.next_group(1) == (1,)
     assert gg.sync(1, 1).world_averages == 1
     assert gg.sync(0, 1).world_averages == 1
+    assert gg.steps_since_consensus() == (0, 0)
+    assert gg.next_group(1) == (0, 1)
+
+
+def test_after_the_periodic_world_group_lag_counts_from_it():
+    """Each rank counts from the step at which it ran the world group: before, the rank that
+    had run ahead stayed "ahead" after the world average, and its next step was alone."""
+    gg = GroupGenerator(make_strategy(PragueConfig(strategy="smart"), Topology(2, 2)), 8)
+    gg.next_group(0)
+    taken = [gg.next_group(1) for _ in range(8)]
+    assert (1,) in taken and isinstance(taken[-1], WorldGroup)
+    while gg.buffers[0]:
+        gg.next_group(0)
+    assert gg.counts == [3, 8]
     assert gg.steps_since_consensus() == (0, 0)
     assert gg.next_group(1) == (0, 1)
 

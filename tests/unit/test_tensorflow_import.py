@@ -28,10 +28,10 @@ def test_install_replaces_the_tensorflow_and_keras_names():
         "from horovod_prague.common import import_hook\n"
         "import_hook.install()\n"
         "import horovod.tensorflow.keras as k, horovod.tensorflow as t\n"
-        "from horovod_prague.common.import_hook import REPLACED, originals\n"
+        "from horovod_prague.common.import_hook import originals, replacements\n"
         "for m in (t, k):\n"
-        "    target, names = REPLACED[m.__name__]\n"
-        "    print(all(getattr(m, n).__prague_target__ == target for n in names))\n"
+        "    targets = replacements(m.__name__).items()\n"
+        "    print(all(getattr(m, n).__prague_target__ == to for n, to in targets))\n"
         "print(originals(t).allreduce.__module__, originals(k).allreduce.__module__)\n"
         "import horovod_prague.keras as p\n"
         "print(p.DistributedOptimizer.__module__, p.init is t.init.__wrapped__ or 'fwd')\n",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,3 +23,12 @@ def report(data: dict[str, Any], rank: int | None = None) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"rank": rank, **data}))
     tmp.rename(path)
+
+
+def digest(tensors: Iterable[Any]) -> str:
+    """A short hash of the values of ``tensors`` (PyTorch tensors or TensorFlow variables), in
+    order: equal on two ranks exactly when they hold the same values."""
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update((t.detach().numpy() if hasattr(t, "detach") else t.numpy()).tobytes())
+    return h.hexdigest()[:16]

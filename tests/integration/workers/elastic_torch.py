@@ -11,23 +11,15 @@ that host and the survivors reset and go on. Every rank that ends reports its mo
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 
 import horovod.torch as hvd
 import torch
-from _report import report
+from _report import digest, report
 
 STEPS = int(os.environ.get("PRAGUE_ELASTIC_STEPS", "40"))
 COMMIT_EVERY = 5
-
-
-def digest(tensors) -> str:
-    h = hashlib.sha256()
-    for t in tensors:
-        h.update(t.detach().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def main() -> None:

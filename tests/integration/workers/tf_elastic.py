@@ -8,7 +8,6 @@ fault and the report are ``elastic_torch.py``'s.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Horovod 0.28 needs tf-keras
@@ -16,17 +15,10 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Horovod 0.28 needs tf-keras
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _report import report  # noqa: E402
+from _report import digest, report  # noqa: E402
 
 STEPS = int(os.environ.get("PRAGUE_ELASTIC_STEPS", "40"))
 COMMIT_EVERY = 5
-
-
-def digest(variables) -> str:
-    h = hashlib.sha256()
-    for v in variables:
-        h.update(v.numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def main() -> None:

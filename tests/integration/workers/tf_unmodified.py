@@ -12,7 +12,6 @@ and whether Prague's drop-in replaced Horovod's functions in this process.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import runpy
 import sys
@@ -20,18 +19,11 @@ import sys
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf  # noqa: E402
-from _report import report  # noqa: E402
+from _report import digest, report  # noqa: E402
 from tf_keras.src.optimizers import optimizer as keras_optimizer  # noqa: E402
 
 hashes: list[str] = []
 trained: list[tf.Variable] = []
-
-
-def digest(variables: list[tf.Variable]) -> str:
-    h = hashlib.sha256()
-    for v in variables:
-        h.update(v.numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 apply_gradients = keras_optimizer.Optimizer.apply_gradients

@@ -12,29 +12,24 @@ Horovod's functions in this process.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import runpy
 import sys
 
 import torch
-from _report import report
+from _report import digest, report
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 hashes: list[str] = []
 stepped: list[torch.optim.Optimizer] = []
 
 
-def digest(optimizer: torch.optim.Optimizer) -> str:
-    h = hashlib.sha256()
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            h.update(p.detach().numpy().tobytes())
-    return h.hexdigest()[:16]
+def parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def record(optimizer: torch.optim.Optimizer, *_: object) -> None:
     stepped[:] = [optimizer]
-    hashes.append(digest(optimizer))
+    hashes.append(digest(parameters(optimizer)))
 
 
 def finish() -> None:
@@ -43,7 +38,7 @@ def finish() -> None:
     report(
         {
             "hashes": hashes,
-            "final": digest(stepped[0]) if stepped else None,
+            "final": digest(parameters(stepped[0])) if stepped else None,
             "drop_in": hasattr(horovod.torch.init, "__prague_target__"),
         }
     )
