@@ -41,12 +41,15 @@ def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         except Exception as e:
-            if getattr(e, "names_the_stopped_rank", False) or not _says_a_rank_is_gone(e):
+            if getattr(e, "names_the_stopped_rank", False):
                 raise
-            if elastic():  # Horovod elastic resets; the survivors' new world names no one
+            if elastic() and (_says_a_rank_is_gone(e) or _process_set_dropped(e)):
+                # Horovod elastic resets; the survivors' new world names no one.
                 if _is_horovod_internal(e):
                     raise
                 raise _for_elastic(e) from e
+            if not _says_a_rank_is_gone(e):
+                raise
             if isinstance(e, GroupWaitTimeout):
                 named = GroupWaitTimeout(f"{e}. {self._holding_up(e.group)}")
                 named.group = e.group
@@ -70,6 +73,14 @@ def _says_a_rank_is_gone(error: Exception) -> bool:
         # TensorFlow's Horovod ops fail with the framework's own error type, saying so.
         or "Horovod has been shut down" in str(error)
     )
+
+
+def _process_set_dropped(error: Exception) -> bool:
+    """Horovod no longer has a process set that Prague registered for this world. Under
+    elastic a survivor's group average failed so after a lost peer, where it should reset
+    (TensorFlow: once in a CI run, once in 3 runs with ``patches/0010``); which path in
+    Horovod drops the set while it is not yet shut down is not found."""
+    return "Process set provided does not exist" in str(error)
 
 
 def _for_elastic(error: Exception) -> Exception:

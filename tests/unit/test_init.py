@@ -199,12 +199,21 @@ def test_a_failed_init_can_be_retried(calls, monkeypatch):
     assert len(calls["runtimes"]) == 1 and b._runtime.started
 
 
-class LostPartner:
+class FailingDrain:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
     def drain(self) -> None:
-        raise ConnectionError("lost the connection to the Prague Group Generator")
+        raise self.error
 
 
-def test_under_elastic_a_lost_rank_is_horovods_internal_error(calls, monkeypatch):
+LOST_GG = ConnectionError("lost the connection to the Prague Group Generator")
+# TensorFlow's error type stood in for: what a survivor's group average raised once.
+DROPPED_SET = ValueError("Allreduce: Process set provided does not exist, or has not been ...")
+
+
+@pytest.mark.parametrize("error", [LOST_GG, DROPPED_SET], ids=["lost-gg", "dropped-set"])
+def test_under_elastic_a_lost_rank_is_horovods_internal_error(calls, monkeypatch, error):
     """On which ``hvd.elastic.run`` restores the committed state and resets (any other error
     ends the job)."""
     from horovod.common.exceptions import HorovodInternalError
@@ -212,8 +221,17 @@ def test_under_elastic_a_lost_rank_is_horovods_internal_error(calls, monkeypatch
     monkeypatch.setenv("HOROVOD_ELASTIC", "1")
     b = StandInBinding(FakeHorovod())
     b.init(strategy="static")
-    b._averager = LostPartner()
-    with pytest.raises(HorovodInternalError, match="ConnectionError: lost the connection"):
+    b._averager = FailingDrain(error)
+    with pytest.raises(HorovodInternalError, match=f"{type(error).__name__}: {error}"[:40]):
+        b.drain()
+
+
+def test_without_elastic_a_dropped_process_set_is_not_a_lost_rank(calls):
+    """Outside elastic nothing resets: the error stays as Horovod gave it."""
+    b = StandInBinding(FakeHorovod())
+    b.init(strategy="static")
+    b._averager = FailingDrain(DROPPED_SET)
+    with pytest.raises(ValueError, match="Process set provided does not exist"):
         b.drain()
 
 
