@@ -65,3 +65,88 @@ def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, scr
     assert len({rep["parameters"] for rep in reports}) == 1
     if flags:
         assert len({rep["model"] for rep in reports}) == 1
+
+
+def _discovered_job(tmp_path, flags, hosts_before: str, hosts_after: str, np: int):
+    """A job on the hosts a discovery script prints: ``hosts_before``, then, from rank 0's
+    step 10, ``hosts_after``."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(hosts_before.replace(",", "\n") + "\n")
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    discover.chmod(0o755)
+    return run_ranks(
+        "elastic_torch.py",
+        tmp_path,
+        launcher=[
+            str(BIN / "horovodrun"),
+            "--gloo",
+            "-np",
+            str(np),
+            "--min-np",
+            "2",
+            "--max-np",
+            "4",
+            "--host-discovery-script",
+            str(discover),
+            # Else the driver waits for a second host to compare interfaces, which a job
+            # may not have at its start (Horovod says so only when its wait times out).
+            "--network-interface",
+            "lo",
+        ],
+        launcher_flags=flags,
+        env={
+            "PRAGUE_HOSTS_FILE": str(hosts),
+            "PRAGUE_CHANGE_STEP": "10",
+            "PRAGUE_NEW_HOSTS": hosts_after,
+            "PRAGUE_NEW_SIZE": str(sum(int(h.split(":")[1]) for h in hosts_after.split(","))),
+        },
+        timeout=300,
+    ).check()
+
+
+@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
+def test_a_host_added_by_discovery_joins_from_the_committed_model(tmp_path, flags):
+    """The job starts on ``localhost`` alone; at step 10 the discovery script starts listing
+    ``127.0.0.1`` too. Horovod's driver starts workers there, the others reset at their next
+    commit (under the flag: a Group Generator and process sets for the world of 4), and the
+    new ranks begin from the committed step with rank 0's model, take their steps in the
+    groups, and every rank ends with one model."""
+    job = _discovered_job(tmp_path, flags, "localhost:2", "localhost:2,127.0.0.1:2", np=2)
+    reports = job.reports
+    assert [rep["rank"] for rep in reports] == [0, 1, 2, 3], job.output[-3000:]
+    changed_at = reports[0]["changed_at"]
+    assert len(changed_at) == 1 and changed_at[0] > 10 and changed_at[0] % 5 == 0, reports[0]
+    for rep in reports:
+        assert rep["size"] == 4 and rep["changed_at"] == changed_at, rep
+        assert rep["step"] == max(40, changed_at[0] + 10), rep
+        if rep["host"] == "localhost":
+            assert rep["sizes"] == [2, 4] and rep["first_steps"] == [0, changed_at[0]], rep
+            assert rep["resets"] == [4], rep
+        else:  # started by the driver: never reset, begins at the committed step
+            assert rep["sizes"] == [4] and rep["first_steps"] == changed_at, rep
+            assert rep["resets"] == [] and rep["taken"] == rep["step"] - changed_at[0], rep
+        if flags:  # how many groups form depends on timing; at least one does
+            assert rep["stats"]["averaged"] + rep["stats"]["owed"] >= 1, rep
+    assert len({rep["parameters"] for rep in reports}) == 1
+    if flags:
+        assert len({rep["model"] for rep in reports}) == 1
+
+
+@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
+def test_a_host_removed_by_discovery_leaves_the_others_going_on(tmp_path, flags):
+    """The job starts on ``localhost`` and ``127.0.0.1``; at step 10 the discovery script
+    lists ``localhost`` alone. Its two ranks reset at their next commit, without restoring
+    (nothing failed), and go on in a world of 2 with one model."""
+    job = _discovered_job(tmp_path, flags, "localhost:2,127.0.0.1:2", "localhost:2", np=4)
+    reports = job.reports
+    assert [rep["rank"] for rep in reports] == [0, 1], job.output[-3000:]
+    changed_at = reports[0]["changed_at"]
+    assert len(changed_at) == 1 and changed_at[0] > 10 and changed_at[0] % 5 == 0, reports[0]
+    for rep in reports:
+        assert rep["host"] == "localhost" and rep["sizes"] == [4, 2], rep
+        assert rep["changed_at"] == changed_at and rep["resets"] == [2], rep
+        assert rep["step"] == max(40, changed_at[0] + 10), rep
+    assert len({rep["parameters"] for rep in reports}) == 1
+    if flags:
+        assert len({rep["model"] for rep in reports}) == 1

@@ -7,6 +7,15 @@ that host and the survivors reset and go on. Every rank that ends reports its mo
 
     horovodrun --gloo -np 4 --min-np 2 -H localhost:2,127.0.0.1:2 [--prague] \\
         python elastic_torch.py
+
+Hosts added or removed, when asked for: rank 0 writes ``PRAGUE_NEW_HOSTS`` into the file
+``PRAGUE_HOSTS_FILE``, which the job's host discovery script prints, at step
+``PRAGUE_CHANGE_STEP`` of the first world; every rank then trains until it has taken the
+steps and ``CHANGED_STEPS`` more in a world of ``PRAGUE_NEW_SIZE`` ranks (at most
+``MAX_STEPS``, so a job whose hosts never change ends, and says so in its report).
+
+    horovodrun --gloo -np 2 --min-np 2 --max-np 4 --host-discovery-script discover.sh \\
+        [--prague] python elastic_torch.py
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import torch
 from _report import digest, report
 
 STEPS = int(os.environ.get("PRAGUE_ELASTIC_STEPS", "40"))
+MAX_STEPS = 4000
+CHANGED_STEPS = 10
 COMMIT_EVERY = 5
 
 
@@ -37,9 +48,14 @@ def main() -> None:
     host = os.environ.get("HOROVOD_HOSTNAME", "")
     kill_host = os.environ.get("PRAGUE_KILL_HOST")
     kill_step = int(os.environ.get("PRAGUE_KILL_STEP", "-1"))
+    hosts_file = os.environ.get("PRAGUE_HOSTS_FILE")
+    change_step = int(os.environ.get("PRAGUE_CHANGE_STEP", "-1"))
+    new_size = int(os.environ.get("PRAGUE_NEW_SIZE", "0"))
     sizes: list[int] = []  # the world's size at each start of ``train``
     done: list[float] = []  # when each step ended (time.monotonic)
     starts: list[int] = []  # how many steps had ended at each start of ``train``
+    first_steps: list[int] = []  # the state's step at each start of ``train``
+    changed_at: list[int] = []  # the state's step when this rank first trained in the new world
     resets: list[int] = []  # and at each reset (elastic state restores its own attributes)
 
     def on_reset() -> None:
@@ -54,17 +70,30 @@ def main() -> None:
     def train(state: hvd.elastic.TorchState) -> None:
         sizes.append(hvd.size())
         starts.append(len(done))
+        first_steps.append(state.step)
+        if hvd.size() == new_size and not changed_at:
+            changed_at.append(state.step)
         try:
             steps(state)
         except Exception as e:  # what made this rank reset, for the job's log
             print(f"rank {hvd.rank()} of {hvd.size()}: {type(e).__name__}: {e}", flush=True)
             raise
 
+    def more_steps(state: hvd.elastic.TorchState) -> bool:
+        if hosts_file is None:
+            return state.step < STEPS
+        if not changed_at:
+            return state.step < MAX_STEPS
+        return state.step < max(STEPS, changed_at[0] + CHANGED_STEPS)
+
     def steps(state: hvd.elastic.TorchState) -> None:
-        while state.step < STEPS:
+        while more_steps(state):
             if host == kill_host and hvd.local_rank() == 0 and state.step == kill_step:
                 if len(sizes) == 1:
                     os._exit(17)
+            if hosts_file and hvd.rank() == 0 and state.step == change_step and len(sizes) == 1:
+                with open(hosts_file, "w") as f:
+                    f.write(os.environ["PRAGUE_NEW_HOSTS"].replace(",", "\n") + "\n")
             i = (state.step * hvd.size() + hvd.rank()) % 32 * 8
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x[i : i + 8]), y[i : i + 8]).backward()
@@ -76,6 +105,11 @@ def main() -> None:
 
     train(state)
     loss = hvd.allreduce(torch.nn.functional.cross_entropy(model(x), y), name="final_loss")
+    stats = {}  # this world's, under the flag
+    if hasattr(hvd.init, "__prague_target__"):
+        import horovod_prague.torch
+
+        stats = horovod_prague.torch.exchange_stats()
     report(
         {
             "host": host,
@@ -83,12 +117,16 @@ def main() -> None:
             "sizes": sizes,
             "step": state.step,
             "resets": resets,
+            "first_steps": first_steps,
+            "taken": len(done),
+            "changed_at": changed_at,
             # From the last step before each reset to the first after it, on this rank.
             "recovery_s": [done[i] - done[i - 1] for i in starts[1:] if 0 < i < len(done)],
             "wall_s": done[-1] - done[0] if done else 0.0,
             "parameters": digest(model.parameters()),
             "model": digest(model.state_dict().values()),
             "loss": float(loss.detach()),
+            "stats": stats,
         },
         rank=hvd.rank(),
     )
