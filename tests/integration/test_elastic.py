@@ -67,6 +67,30 @@ def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, scr
         assert len({rep["model"] for rep in reports}) == 1
 
 
+@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
+def test_rank_0_lost_leaves_survivors_that_finish_with_one_model(tmp_path, flags):
+    """Rank 0 dies at step 12, and under the flag its Group Generator with it: the two ranks
+    on the other host reset, one of them becomes rank 0 of the world of 2 and starts a new
+    Group Generator, and both take the 40 steps and end with one model."""
+    job = run_ranks(
+        "elastic_torch.py",
+        tmp_path,
+        launcher=ELASTIC,
+        launcher_flags=flags,
+        env={**KILL, "PRAGUE_KILL_HOST": "", "PRAGUE_KILL_RANK": "0"},
+        timeout=300,
+    ).check()
+    reports = job.reports
+    assert [rep["rank"] for rep in reports] == [0, 1], job.output[-3000:]
+    assert len({rep["host"] for rep in reports}) == 1
+    for rep in reports:
+        assert rep["sizes"] == [4, 2] and rep["ranks"][0] != 0, rep
+        assert rep["step"] == 40 and rep["resets"] == [2], rep
+    assert len({rep["parameters"] for rep in reports}) == 1
+    if flags:
+        assert len({rep["model"] for rep in reports}) == 1
+
+
 def _discovered_job(tmp_path, flags, hosts_before: str, hosts_after: str, np: int):
     """A job on the hosts a discovery script prints: ``hosts_before``, then, from rank 0's
     step 10, ``hosts_after``."""

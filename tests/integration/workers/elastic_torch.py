@@ -2,8 +2,9 @@
 callback, a commit every few steps, and an ``ElasticSampler``-free fixed data set.
 
 A fault, when asked for: the first rank on host ``PRAGUE_KILL_HOST`` (as the launcher names
-it) dies at step ``PRAGUE_KILL_STEP`` of the first world. Horovod's elastic driver then drops
-that host and the survivors reset and go on. Every rank that ends reports its model.
+it), or rank ``PRAGUE_KILL_RANK``, dies at step ``PRAGUE_KILL_STEP`` of the first world.
+Horovod's elastic driver then drops that host and the survivors reset and go on. Every rank
+that ends reports its model.
 
     horovodrun --gloo -np 4 --min-np 2 -H localhost:2,127.0.0.1:2 [--prague] \\
         python elastic_torch.py
@@ -48,10 +49,12 @@ def main() -> None:
     host = os.environ.get("HOROVOD_HOSTNAME", "")
     kill_host = os.environ.get("PRAGUE_KILL_HOST")
     kill_step = int(os.environ.get("PRAGUE_KILL_STEP", "-1"))
+    kill_rank = int(os.environ.get("PRAGUE_KILL_RANK", "-1"))
     hosts_file = os.environ.get("PRAGUE_HOSTS_FILE")
     change_step = int(os.environ.get("PRAGUE_CHANGE_STEP", "-1"))
     new_size = int(os.environ.get("PRAGUE_NEW_SIZE", "0"))
     sizes: list[int] = []  # the world's size at each start of ``train``
+    ranks: list[int] = []  # and this rank's number in it
     done: list[float] = []  # when each step ended (time.monotonic)
     starts: list[int] = []  # how many steps had ended at each start of ``train``
     first_steps: list[int] = []  # the state's step at each start of ``train``
@@ -69,6 +72,7 @@ def main() -> None:
     @hvd.elastic.run
     def train(state: hvd.elastic.TorchState) -> None:
         sizes.append(hvd.size())
+        ranks.append(hvd.rank())
         starts.append(len(done))
         first_steps.append(state.step)
         if hvd.size() == new_size and not changed_at:
@@ -88,9 +92,9 @@ def main() -> None:
 
     def steps(state: hvd.elastic.TorchState) -> None:
         while more_steps(state):
-            if host == kill_host and hvd.local_rank() == 0 and state.step == kill_step:
-                if len(sizes) == 1:
-                    os._exit(17)
+            doomed = host == kill_host and hvd.local_rank() == 0 or hvd.rank() == kill_rank
+            if doomed and state.step == kill_step and len(sizes) == 1:
+                os._exit(17)
             if hosts_file and hvd.rank() == 0 and state.step == change_step and len(sizes) == 1:
                 with open(hosts_file, "w") as f:
                     f.write(os.environ["PRAGUE_NEW_HOSTS"].replace(",", "\n") + "\n")
@@ -115,6 +119,7 @@ def main() -> None:
             "host": host,
             "size": hvd.size(),
             "sizes": sizes,
+            "ranks": ranks,
             "step": state.step,
             "resets": resets,
             "first_steps": first_steps,
