@@ -102,3 +102,13 @@ def test_tensorflow_settings_after_init_take_effect(tmp_path, api, flags, contro
         assert (rep["intra_op"], rep["inter_op"], rep["logical_cpus"]) == (1, 2, 2)
         assert rep["drop_in"] == bool(flags)
     assert len({rep["final"] for rep in job.reports}) == 1, "ranks differ at the end"
+
+
+@pytest.mark.parametrize("scenario", ["uneven", "skipped"])
+@pytest.mark.parametrize("api", ["tape", "optimizer"])
+def test_sync_every_with_uneven_or_skipped_steps_ends_with_one_model(tmp_path, api, scenario):
+    """Issue 24, item 1, as ``test_optimizer.py``'s PyTorch test: 1 step against 3, or a rank
+    skipping steps, with ``sync_every=2``, then ``hvd.allreduce`` and ``finish``."""
+    job = run_ranks("tf_sync_every_uneven.py", tmp_path, np=2, args=(api, scenario), timeout=180)
+    assert job.returncode == 0, job.output[-6000:]
+    assert job.output.count(f"{api} {scenario} ok") == 2
