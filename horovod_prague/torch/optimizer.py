@@ -137,7 +137,12 @@ class _PragueOptimizer(torch.optim.Optimizer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a state from ``state_dict()``; one without Prague's step count sets it to 0."""
+        """Load a state from ``state_dict()``; one without Prague's step count sets it to 0.
+        As Horovod's, it forgets the backward passes counted and a ``synchronize()`` made
+        since the last step (an elastic restore comes back to a step's start)."""
+        self._passes.clear()
+        self._synchronized = False
+        self._should_synchronize = True
         state = dict(state_dict)
         prague = state.pop(PRAGUE_STATE_KEY, None)
         super().load_state_dict(state)
