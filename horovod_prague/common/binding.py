@@ -43,12 +43,13 @@ def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as e:
             if getattr(e, "names_the_stopped_rank", False):
                 raise
-            if elastic() and (_says_a_rank_is_gone(e) or _process_set_dropped(e)):
+            gone = _says_a_rank_is_gone(e)
+            if elastic() and (gone or _process_set_dropped(e)):
                 # Horovod elastic resets; the survivors' new world names no one.
                 if _is_horovod_internal(e):
                     raise
                 raise _for_elastic(e) from e
-            if not _says_a_rank_is_gone(e):
+            if not gone:
                 raise
             if isinstance(e, GroupWaitTimeout):
                 named = GroupWaitTimeout(f"{e}. {self._holding_up(e.group)}")
