@@ -99,6 +99,26 @@ def test_hosts_with_different_numbers_of_ranks(tmp_path, emulated_hosts):
     assert any(any(r < 4 for r in g) and any(r >= 4 for r in g) for g in met), "none across"
 
 
+def test_groups_of_three_across_hosts(tmp_path, emulated_hosts):
+    """Groups of 3 hold different local ranks on different hosts (e.g. [1, 2, 5] on
+    ``h1:3,h2:3``): Horovod 0.28.1 named such a process set's cross-host Gloo context after the
+    rank's place in the set, not its local rank, so members waited in different rendezvous and
+    every rank's init failed after Gloo's timeout (``patches/0011``)."""
+    hosts = emulated_hosts(2)
+    job = run_on_hosts(
+        hosts,
+        "meetings.py",
+        tmp_path,
+        "h1:3,h2:3",
+        args=("20",),
+        flags=("--prague", "--prague-group-size", "3"),
+    )
+    assert _hosts_of(job) == {0: "h1", 1: "h1", 2: "h1", 3: "h2", 4: "h2", 5: "h2"}
+    assert len({rep["final"] for rep in job.reports}) == 1, "ranks differ at the end"
+    met = {tuple(g) for rep in job.reports for g in rep["met"] if len(g) < 6}
+    assert any(len(g) == 3 and {r < 3 for r in g} == {True, False} for g in met), met
+
+
 def _kinds(job):
     """For each rank, in order: whether each of its group averages stayed on one host."""
     host = _hosts_of(job)
