@@ -9,7 +9,6 @@ The counter is a non-trainable int64 variable of a layer, averaged as part of th
 optimizer's ``iterations`` and a digest of the model's variables.
 """
 
-import hashlib
 import os
 import sys
 
@@ -18,7 +17,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
-from _report import report  # noqa: E402
+from _report import digest, report  # noqa: E402
 
 import horovod_prague.keras as hvd  # noqa: E402
 
@@ -58,8 +57,6 @@ report(
     {
         "calls": int(layer.calls.numpy()),
         "iterations": int(optimizer.iterations.numpy()),
-        "digest": hashlib.sha256(
-            b"".join(v.numpy().tobytes() for v in model.variables)
-        ).hexdigest(),
+        "digest": digest(model.variables),
     }
 )

@@ -14,7 +14,6 @@ Prague's final average, under the flag).
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import sys
 
@@ -22,7 +21,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _report import report  # noqa: E402
+from _report import digest, report  # noqa: E402
 
 API = sys.argv[1]
 if API == "keras":
@@ -38,12 +37,9 @@ model: tf.keras.Model | None = None
 def finish() -> None:
     import horovod.tensorflow
 
-    digest = hashlib.sha256()
-    for v in model.variables:
-        digest.update(v.numpy().tobytes())
     report(
         {
-            "final": digest.hexdigest()[:16],
+            "final": digest(model.variables),
             "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
             "logical_cpus": len(tf.config.list_logical_devices("CPU")),
