@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import heapq
+import itertools
 import random
 import statistics
 from collections.abc import Callable
@@ -64,9 +65,12 @@ def run(
     damped: bool = True,
     nodes: int | None = None,
     local_comm: float | None = None,
+    group_size: int = 2,
 ) -> Outcome:
     n = len(factors)
-    config = PragueConfig(strategy=strategy, seed=seed, staleness=str(staleness))
+    config = PragueConfig(
+        strategy=strategy, seed=seed, staleness=str(staleness), group_size=group_size
+    )
     gg = GroupGenerator(make_strategy(config, Topology(n, nodes or n)))
     noise = random.Random(seed)
     value = [0.0] * n
@@ -194,6 +198,9 @@ def main() -> None:
         default="0:1,1:1,2:1,4:1,1:2,1:3,2:2",
         help="staleness:in_flight pairs, comma-separated (1:2 is the default design)",
     )
+    ap.add_argument(
+        "--group-sizes", default="2", help="ranks per group, comma-separated (2 is the default)"
+    )
     ap.add_argument("--step-ms", type=float, default=100.0, help="a step, for requests/s")
     ap.add_argument(
         "--undamped", action="store_true", help="apply overlapped averages whole (not shipped)"
@@ -207,7 +214,9 @@ def main() -> None:
         f = plan.factors
         allreduce = sum(max(row[j] for row in f) + allreduce_comm for j in range(a.steps))
         rows["bound"].append((plan.bound, 0.0, 0.0, float("nan"), float("nan")))
-        for strategy in a.strategies.split(","):
+        for strategy, g in itertools.product(
+            a.strategies.split(","), map(int, a.group_sizes.split(","))
+        ):
             for s, k in designs:
                 out = run(
                     f,
@@ -220,8 +229,10 @@ def main() -> None:
                     not a.undamped,
                     a.nodes,
                     a.local_comm,
+                    g,
                 )
                 name = f"{strategy} s={s}" + (f" in_flight={k}" if k > 1 else "")
+                name += f" g={g}" if g != 2 else ""
                 per_s = out.requests / (out.time * a.step_ms / 1e3)
                 rows[name].append((allreduce / out.time, out.alone, out.waited, out.spread, per_s))
     for name, vals in rows.items():

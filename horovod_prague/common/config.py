@@ -26,11 +26,17 @@ larger ones at 1: measured under the paper's slowdown model, 2 reached the bound
 no accuracy lost, while at n = 8 it cost about a point and 1 matched All-Reduce. With more
 than one in flight, ``auto`` is 1 at every size: the second average already removes the wait
 that a larger staleness buys off (docs/results.md)."""
+LARGE_JOB = 16
+"""Jobs of this many ranks or more average in groups of 4 when ``group_size`` is 0 (auto),
+smaller ones in pairs: on 4 hosts x 4 ranks under the random slowdown, groups of 4 ended 1.8
+to 2.5 points of accuracy closer to All-Reduce's than pairs, at nearly the same speed; at
+n = 8 pairs were level with All-Reduce (docs/results.md, *Groups of 4 from 16 ranks*)."""
 STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
 
 HELP = {
     "strategy": "how the Group Generator forms groups: " + ", ".join(STRATEGIES),
-    "group_size": "ranks per group, from 2 to the number of ranks",
+    "group_size": "ranks per group, from 2 to the number of ranks; 0 (auto): 2, or 4 in jobs "
+    f"of {LARGE_JOB} ranks or more (adpsgd: always 2)",
     "threshold": "smart strategy: a rank lagging the requester by this many steps or more is "
     "kept out of its group (0 turns the rule off)",
     "sync_every": "a global average of the model every this many optimizer steps (0 = never)",
@@ -58,7 +64,7 @@ class PragueConfig:
     """Every Prague option, with its default; ``HELP`` says what each one does."""
 
     strategy: str = "smart"
-    group_size: int = 2
+    group_size: int = 0
     threshold: int = 2
     sync_every: int = 0
     seed: int = 0
@@ -76,8 +82,8 @@ class PragueConfig:
                 f"strategy: unknown strategy {self.strategy!r}; "
                 f"choose one of {', '.join(STRATEGIES)}"
             )
-        if self.group_size < 2:
-            raise ValueError(f"group_size: must be at least 2, got {self.group_size}")
+        if self.group_size < 0 or self.group_size == 1:
+            raise ValueError(f"group_size: must be 0 (auto) or at least 2, got {self.group_size}")
         if self.threshold < 0:
             raise ValueError(f"threshold: must be >= 0 (0 turns it off), got {self.threshold}")
         if self.sync_every < 0:
@@ -123,6 +129,20 @@ class PragueConfig:
             if value is not None:
                 values[name] = _parse(fields[name].type, value, name)
         return cls(**values)
+
+    def group_size_for(self, size: int) -> int:
+        """The group size a job of ``size`` ranks runs with.
+
+        >>> PragueConfig().group_size_for(8), PragueConfig().group_size_for(16)
+        (2, 4)
+        >>> PragueConfig(strategy="adpsgd").group_size_for(16)
+        2
+        >>> PragueConfig(group_size=3).group_size_for(16)
+        3
+        """
+        if self.group_size:
+            return self.group_size
+        return 4 if size >= LARGE_JOB and self.strategy != "adpsgd" else 2
 
     def staleness_for(self, size: int) -> int:
         """The staleness a job of ``size`` ranks runs with.

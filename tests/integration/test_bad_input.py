@@ -13,7 +13,7 @@ pytestmark = pytest.mark.multirank
     ("options", "error", "message"),
     [
         ({"strategy": "fancy"}, "ValueError", "strategy: unknown strategy 'fancy'"),
-        ({"group_size": 1}, "ValueError", "group_size: must be at least 2"),
+        ({"group_size": 1}, "ValueError", "group_size: must be 0 \\(auto\\) or at least 2"),
         ({"group_size": 4}, "ValueError", "group_size: 4 is larger than the world size 2"),
         ({"threshold": -1}, "ValueError", "threshold: must be >= 0"),
         ({"strategy": "adpsgd", "group_size": 3}, "ValueError", "group_size"),

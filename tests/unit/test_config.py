@@ -23,7 +23,7 @@ def test_environment_values_are_typed():
     ("kwargs", "env", "message"),
     [
         ({"strategy": "fancy"}, {}, "strategy: unknown strategy 'fancy'"),
-        ({"group_size": 1}, {}, "group_size: must be at least 2"),
+        ({"group_size": 1}, {}, "group_size: must be 0 \\(auto\\) or at least 2"),
         ({"threshold": -1}, {}, "threshold: must be >= 0"),
         ({"sync_every": -5}, {}, "sync_every"),
         ({"timeout": 0}, {}, "timeout"),

@@ -124,7 +124,7 @@ def _error(capsys, argv, env=None):
         (
             ["-np", "4", "--prague", "smart", "--prague-group-size", "1"],
             {},
-            "--prague-group-size (HOROVOD_PRAGUE_GROUP_SIZE): must be at least 2",
+            "--prague-group-size (HOROVOD_PRAGUE_GROUP_SIZE): must be 0 (auto) or at least 2",
         ),
         (
             ["-np", "4", "--prague", "smart", "--prague-group-size", "8"],

@@ -311,3 +311,12 @@ def test_a_seed_gives_the_groups_it_always_gave(name, size, local, expected):
     gg = GroupGenerator(make_strategy(PragueConfig(strategy=name, seed=5), Topology(size, local)))
     order = random.Random(11)
     assert [gg.next_group(order.randrange(size)) for _ in range(12)] == expected
+
+
+@pytest.mark.parametrize(
+    ("strategy", "size", "expected"),
+    [("smart", 8, 2), ("smart", 12, 2), ("smart", 16, 4), ("random", 32, 4), ("adpsgd", 16, 2)],
+)
+def test_the_default_group_size_is_pairs_below_16_ranks_and_fours_from_16(strategy, size, expected):
+    groups = make_strategy(PragueConfig(strategy=strategy), Topology(size, 4)).groups()
+    assert max(len(g) for g in groups if len(g) < size) == expected

@@ -21,7 +21,13 @@ STRATEGY_CLASSES: dict[str, type[GroupStrategy]] = {
 def make_strategy(config: PragueConfig, topology: Topology) -> GroupStrategy:
     """The strategy ``config`` names, built for ``topology``; ValueError if it cannot fit."""
     cls = STRATEGY_CLASSES[config.strategy]
-    return cls(topology, config.group_size, config.pool_size, config.seed, config.threshold)
+    return cls(
+        topology,
+        config.group_size_for(topology.size),
+        config.pool_size,
+        config.seed,
+        config.threshold,
+    )
 
 
 __all__ = [
