@@ -217,13 +217,11 @@ def test_a_lost_host_ends_the_job_with_an_error_naming_it(tmp_path, emulated_hos
     The job ends within the timeout, nothing hangs, and every rank still running stops with
     an error naming the other host and its ranks.
 
-    Killed processes close their connections, and Horovod 0.28.1's background loop may see
-    that first: it then aborts the process ("Horovod background loop uncaught exception ...
-    Connection reset by peer" or "closed by peer") before Python can raise, since its
-    shutdown negotiates over every rank, the dead ones included. Such a rank is checked by
-    what Horovod printed, which names an address, not the lost ranks (docs/reliability.md);
-    or horovodrun, seeing a killed rank's process fail first, ends it before it prints
-    anything, naming that rank."""
+    Killed processes close their connections, and Horovod's background loop may see that
+    first ("Horovod background loop uncaught exception ... Connection reset by peer" or
+    "closed by peer"), and horovodrun, seeing a killed rank's process fail, ends the others
+    before Python can raise, naming that rank (docs/reliability.md). Such a rank is checked
+    by what Horovod printed, which names an address, not the lost ranks."""
     timeout = 6.0
     hosts = emulated_hosts(2)
     job = start_ranks(
