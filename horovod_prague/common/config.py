@@ -36,7 +36,7 @@ STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
 HELP = {
     "strategy": "how the Group Generator forms groups: " + ", ".join(STRATEGIES),
     "group_size": "ranks per group, from 2 to the number of ranks; 0 (auto): 2, or 4 in jobs "
-    f"of {LARGE_JOB} ranks or more (adpsgd: always 2)",
+    f"of {LARGE_JOB} ranks or more (adpsgd: always 2; static: where 4 divides the ranks)",
     "threshold": "smart strategy: a rank lagging the requester by this many steps or more is "
     "kept out of its group (0 turns the rule off)",
     "sync_every": "a global average of the model every this many optimizer steps (0 = never)",
@@ -137,12 +137,15 @@ class PragueConfig:
         (2, 4)
         >>> PragueConfig(strategy="adpsgd").group_size_for(16)
         2
+        >>> PragueConfig(strategy="static").group_size_for(18)  # its groups must tile the job
+        2
         >>> PragueConfig(group_size=3).group_size_for(16)
         3
         """
         if self.group_size:
             return self.group_size
-        return 4 if size >= LARGE_JOB and self.strategy != "adpsgd" else 2
+        pairs_only = self.strategy == "adpsgd" or (self.strategy == "static" and size % 4)
+        return 2 if size < LARGE_JOB or pairs_only else 4
 
     def staleness_for(self, size: int) -> int:
         """The staleness a job of ``size`` ranks runs with.

@@ -314,9 +314,20 @@ def test_a_seed_gives_the_groups_it_always_gave(name, size, local, expected):
 
 
 @pytest.mark.parametrize(
-    ("strategy", "size", "expected"),
-    [("smart", 8, 2), ("smart", 12, 2), ("smart", 16, 4), ("random", 32, 4), ("adpsgd", 16, 2)],
+    ("strategy", "size", "per_node", "expected"),
+    [
+        ("smart", 8, 4, 2),
+        ("smart", 12, 4, 2),
+        ("smart", 16, 4, 4),
+        ("random", 32, 4, 4),
+        ("static", 16, 4, 4),
+        ("static", 18, 6, 2),  # groups of 4 cannot tile 18 ranks
+        ("smart", 18, 6, 4),
+        ("adpsgd", 16, 4, 2),
+    ],
 )
-def test_the_default_group_size_is_pairs_below_16_ranks_and_fours_from_16(strategy, size, expected):
-    groups = make_strategy(PragueConfig(strategy=strategy), Topology(size, 4)).groups()
+def test_the_default_group_size_is_pairs_below_16_ranks_and_fours_from_16(
+    strategy, size, per_node, expected
+):
+    groups = make_strategy(PragueConfig(strategy=strategy), Topology(size, per_node)).groups()
     assert max(len(g) for g in groups if len(g) < size) == expected
