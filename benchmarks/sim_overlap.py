@@ -199,7 +199,9 @@ def main() -> None:
         help="staleness:in_flight pairs, comma-separated (1:2 is the default design)",
     )
     ap.add_argument(
-        "--group-sizes", default="2", help="ranks per group, comma-separated (2 is the default)"
+        "--group-sizes",
+        default="2",
+        help="ranks per group, comma-separated (adpsgd runs pairs only)",
     )
     ap.add_argument("--step-ms", type=float, default=100.0, help="a step, for requests/s")
     ap.add_argument(
@@ -217,6 +219,8 @@ def main() -> None:
         for strategy, g in itertools.product(
             a.strategies.split(","), map(int, a.group_sizes.split(","))
         ):
+            if strategy == "adpsgd" and g != 2:
+                continue
             for s, k in designs:
                 out = run(
                     f,

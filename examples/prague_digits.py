@@ -22,7 +22,7 @@ import horovod_prague.torch as hvd
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--strategy", default="smart")
-parser.add_argument("--group-size", type=int, default=2)
+parser.add_argument("--group-size", type=int, default=0, help="0: the job size decides")
 parser.add_argument("--epochs", type=int, default=15)
 parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--lr", type=float, default=0.05)
@@ -71,7 +71,7 @@ if hvd.rank() == 0:
     cfg = hvd.config()
     print(
         f"Prague demo: {hvd.size()} ranks, strategy={cfg.strategy}, "
-        f"group_size={cfg.group_size}, {steps} steps in {elapsed:.1f}s"
+        f"group_size={cfg.group_size_for(hvd.size())}, {steps} steps in {elapsed:.1f}s"
     )
     for report in reports:
         groups = ", ".join(f"{list(g)}x{n}" for g, n in sorted(report["joined"].items()))

@@ -28,9 +28,9 @@ than one in flight, ``auto`` is 1 at every size: the second average already remo
 that a larger staleness buys off (docs/results.md)."""
 LARGE_JOB = 16
 """Jobs of this many ranks or more average in groups of 4 when ``group_size`` is 0 (auto),
-smaller ones in pairs: on 4 hosts x 4 ranks under the random slowdown, groups of 4 ended 1.8
-to 2.5 points of accuracy closer to All-Reduce's than pairs, at nearly the same speed; at
-n = 8 pairs were level with All-Reduce (docs/results.md, *Groups of 4 from 16 ranks*)."""
+smaller ones in pairs: on 4 hosts x 4 ranks under the random slowdown, groups of 4 ended 1.4
+to 2.5 points of accuracy closer to All-Reduce's than pairs, about 10% slower; at n = 8 pairs
+were level with All-Reduce (docs/results.md, *Groups of 4 from 16 ranks*)."""
 STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
 
 HELP = {
