@@ -54,6 +54,15 @@ class Outcome(NamedTuple):
     """Requests to the Group Generator."""
 
 
+def accepts(strategy: str, group_size: int, topology: Topology) -> bool:
+    """Whether ``strategy`` can run groups of ``group_size`` on ``topology``."""
+    try:
+        make_strategy(PragueConfig(strategy=strategy, group_size=group_size), topology)
+    except ValueError:
+        return False
+    return True
+
+
 def run(
     factors: list[list[float]],
     steps: list[int],
@@ -201,7 +210,8 @@ def main() -> None:
     ap.add_argument(
         "--group-sizes",
         default="2",
-        help="ranks per group, comma-separated (adpsgd runs pairs only)",
+        help="ranks per group, comma-separated (a strategy skips sizes it refuses: adpsgd "
+        "runs pairs only)",
     )
     ap.add_argument("--step-ms", type=float, default=100.0, help="a step, for requests/s")
     ap.add_argument(
@@ -219,7 +229,7 @@ def main() -> None:
         for strategy, g in itertools.product(
             a.strategies.split(","), map(int, a.group_sizes.split(","))
         ):
-            if strategy == "adpsgd" and g != 2:
+            if not accepts(strategy, g, Topology(a.ranks, a.nodes or a.ranks)):
                 continue
             for s, k in designs:
                 out = run(

@@ -71,7 +71,7 @@ if hvd.rank() == 0:
     cfg = hvd.config()
     print(
         f"Prague demo: {hvd.size()} ranks, strategy={cfg.strategy}, "
-        f"group_size={cfg.group_size_for(hvd.size())}, {steps} steps in {elapsed:.1f}s"
+        f"group_size={hvd.runtime().strategy.group_size}, {steps} steps in {elapsed:.1f}s"
     )
     for report in reports:
         groups = ", ".join(f"{list(g)}x{n}" for g, n in sorted(report["joined"].items()))

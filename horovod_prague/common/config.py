@@ -130,23 +130,6 @@ class PragueConfig:
                 values[name] = _parse(fields[name].type, value, name)
         return cls(**values)
 
-    def group_size_for(self, size: int) -> int:
-        """The group size a job of ``size`` ranks runs with.
-
-        >>> PragueConfig().group_size_for(8), PragueConfig().group_size_for(16)
-        (2, 4)
-        >>> PragueConfig(strategy="adpsgd").group_size_for(16)
-        2
-        >>> PragueConfig(strategy="static").group_size_for(18)  # its groups must tile the job
-        2
-        >>> PragueConfig(group_size=3).group_size_for(16)
-        3
-        """
-        if self.group_size:
-            return self.group_size
-        pairs_only = self.strategy == "adpsgd" or (self.strategy == "static" and size % 4)
-        return 2 if size < LARGE_JOB or pairs_only else 4
-
     def staleness_for(self, size: int) -> int:
         """The staleness a job of ``size`` ranks runs with.
 

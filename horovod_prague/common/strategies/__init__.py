@@ -23,7 +23,7 @@ def make_strategy(config: PragueConfig, topology: Topology) -> GroupStrategy:
     cls = STRATEGY_CLASSES[config.strategy]
     return cls(
         topology,
-        config.group_size_for(topology.size),
+        config.group_size or cls.auto_group_size(topology.size),
         config.pool_size,
         config.seed,
         config.threshold,

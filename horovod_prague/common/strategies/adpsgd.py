@@ -34,6 +34,15 @@ class AdpsgdStrategy(GroupStrategy):
         self.peers = _peer_lists(actives, passives, pool_size)
         self.rng = random.Random(f"{seed}:generate")
 
+    @classmethod
+    def auto_group_size(cls, size: int) -> int:
+        """Always pairs.
+
+        >>> AdpsgdStrategy.auto_group_size(16)
+        2
+        """
+        return 2
+
     def groups(self) -> tuple[Group, ...]:
         pairs = [tuple(sorted((a, p))) for a, peers in self.peers.items() for p in peers]
         return tuple(pair for pair in pairs if len(pair) < self.topology.size)

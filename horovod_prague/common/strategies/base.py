@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
+from ..config import LARGE_JOB
 from ..topology import Topology
 from .divisions import Group
 
@@ -35,6 +36,15 @@ class GroupStrategy(abc.ABC):
         self.pool_size = pool_size
         self.seed = seed
         self.threshold = threshold
+
+    @classmethod
+    def auto_group_size(cls, size: int) -> int:
+        """The group size a job of ``size`` ranks runs with when ``group_size`` is 0 (auto).
+
+        >>> GroupStrategy.auto_group_size(8), GroupStrategy.auto_group_size(16)
+        (2, 4)
+        """
+        return 2 if size < LARGE_JOB else 4
 
     @abc.abstractmethod
     def groups(self) -> tuple[Group, ...]:

@@ -46,6 +46,16 @@ class StaticStrategy(GroupStrategy):
         self.schedule: tuple[Division, ...] = self._build_schedule()
         self.generation = 0
 
+    @classmethod
+    def auto_group_size(cls, size: int) -> int:
+        """As any strategy's, but pairs where the larger groups cannot tile the job.
+
+        >>> StaticStrategy.auto_group_size(16), StaticStrategy.auto_group_size(18)
+        (4, 2)
+        """
+        group_size = super().auto_group_size(size)
+        return group_size if size % group_size == 0 else 2
+
     def _build_schedule(self) -> tuple[Division, ...]:
         t, k = self.topology, self.group_size
         schedule: list[Division] = []
