@@ -10,10 +10,12 @@ block, then averaged over seeds.
     prague-bench                    # the full matrix (docs/results.md gives its duration)
     python -m horovod_prague.bench --ranks 8 --scenarios persistent --systems allreduce,prague
     prague-bench --hosts 2x4 --link 1gbit --scenarios random   # across emulated hosts (root)
+    prague-bench --fault 5@100 --systems allreduce,allreduce-poll,prague   # elastic, a rank lost
 
 With ``--hosts HxS`` every job runs on H emulated hosts of S ranks each
 (``horovod_prague.bench.hosts``: network namespaces with sshd, launched through ssh as on a
-cluster), their links limited to ``--link`` in each direction.
+cluster), their links limited to ``--link`` in each direction. With ``--fault R@K`` every
+system runs under Horovod elastic and rank R dies at its step K (``bench.faults``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 from ..common.config import PragueConfig
 from ..runner import flag
+from . import faults
 from .report import summarize, write_outputs
 from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, cache_dir, mnist1d, schedule
 
@@ -45,6 +48,7 @@ SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "static": ("Prague static", ["--prague", "static", "--prague-staleness", "0"]),
     "smart": ("Prague smart (paper)", ["--prague", "smart", "--prague-staleness", "0"]),
     "prague": ("horovod-prague default (--prague)", ["--prague"]),
+    faults.REFERENCE: ("stock All-Reduce, no fault (--fault's reference)", []),
 }
 
 
@@ -99,6 +103,8 @@ class Plan:
     hosts: int | None = None
     slots: int | None = None
     link: str | None = None
+    fault: str | None = None
+    commit_every: int = 25
 
 
 def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
@@ -146,6 +152,15 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         metavar="RATE",
         help="with --hosts: each host's link limited to RATE each way (1gbit, 250mbit)",
     )
+    ap.add_argument(
+        "--fault",
+        metavar="R@K",
+        help="run every system under Horovod elastic on two hosts of this machine; rank R dies "
+        f"at its step K (PyTorch; '{faults.REFERENCE}', without fault, joins each block)",
+    )
+    ap.add_argument(
+        "--commit-every", type=int, default=25, help="with --fault: steps between commits"
+    )
     a = ap.parse_args(argv)
     hosts = slots = None
     if a.hosts:
@@ -184,6 +199,8 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         "params": 1_000_000,
     }
     defaults = quick if a.quick else full
+    if a.fault:
+        defaults = {**defaults, "ranks": "8", "scenarios": "random"}
 
     def pick(name: str) -> Any:
         value = getattr(a, name)
@@ -209,6 +226,20 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         )
     if any(n < 2 for n in ranks):
         ap.error("--ranks: every job needs at least 2 ranks")
+    if a.fault:
+        try:
+            killed, _ = faults.parse_kill(a.fault)
+        except ValueError as e:
+            ap.error(f"--fault: {e}")
+        if a.framework != "torch" or a.hosts:
+            ap.error("--fault: PyTorch on this machine only (no --framework, no --hosts)")
+        if any(n % 2 or killed >= n for n in ranks):
+            ap.error(f"--fault {a.fault}: needs an even number of ranks, more than {killed}")
+        if a.commit_every < 1:
+            ap.error("--commit-every: must be at least 1")
+        systems = [faults.REFERENCE, *(s for s in systems if s != faults.REFERENCE)]
+    elif faults.REFERENCE in systems:
+        ap.error(f"--systems: {faults.REFERENCE} is --fault's reference")
     plan = Plan(
         ranks=ranks,
         scenarios=scenarios,
@@ -227,6 +258,8 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         hosts=hosts,
         slots=slots,
         link=a.link,
+        fault=a.fault,
+        commit_every=a.commit_every,
     )
     out = a.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
     return plan, out
@@ -263,21 +296,7 @@ def run_job(
     out = workdir / f"{stem}.json"
     n = job["ranks"]
     bindir = Path(sys.executable).parent
-    spec = f"localhost:{n}" if hosts is None else hosts.host_spec(plan.slots)
-    command = [str(bindir / "horovodrun"), "-np", str(n), "-H", spec, "--gloo"]
-    flags = system_flags(job["system"])[1]
-    command += flags
-    command += [sys.executable, "-m", "horovod_prague.bench.worker"]
-    command += ["--scenario", job["scenario"], "--steps", str(plan.steps)]
-    command += ["--compute-ms", str(plan.compute_ms), "--params", str(plan.params)]
-    command += ["--batch", str(plan.batch), "--lr", str(plan.lr), "--seed", str(job["seed"])]
-    command += ["--eval-every", str(max(1, plan.steps // 30)), "--data", str(data)]
-    command += ["--framework", plan.framework, "--sampling", plan.sampling]
-    command += ["--out", str(out)]
-    if flags:  # every rank at its own pace; All-Reduce's ranks move together
-        command.append("--own-pace")
-    if job["system"] == "allreduce-poll":
-        command.append("--poll-wait")
+    command = job_command(job, plan, data, out, hosts)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_PRAGUE_")}
     env.update(OMP_NUM_THREADS="1", PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}")
     started = time.perf_counter()
@@ -302,9 +321,39 @@ def run_job(
             f"job {job} failed (exit {proc.returncode}); its output: {log}\n{output[-3000:]}"
         )
     result = json.loads(out.read_text())
+    killed = Path(f"{out}.killed")
+    if killed.exists():
+        result["killed_at"] = json.loads(killed.read_text())
     result["job_seconds"] = time.perf_counter() - started
     result["bound"] = schedule(job["scenario"], n, plan.steps, job["seed"]).bound
     return {**job, **result}
+
+
+def job_command(
+    job: dict[str, Any], plan: Plan, data: Path, out: Path, hosts: Any = None
+) -> list[str]:
+    """The ``horovodrun`` command line of one job."""
+    n = job["ranks"]
+    bindir = Path(sys.executable).parent
+    flags = system_flags(job["system"])[1]
+    common = ["--scenario", job["scenario"], "--steps", str(plan.steps)]
+    common += ["--compute-ms", str(plan.compute_ms), "--params", str(plan.params)]
+    common += ["--batch", str(plan.batch), "--lr", str(plan.lr), "--seed", str(job["seed"])]
+    common += ["--data", str(data), "--sampling", plan.sampling, "--out", str(out)]
+    if job["system"] == "allreduce-poll":
+        common.append("--poll-wait")
+    if plan.fault and job["system"] != faults.REFERENCE:
+        command = [str(bindir / "horovodrun"), "-np", str(n), "--min-np", str(n // 2)]
+        command += ["-H", faults.hosts(n), "--gloo", *flags]
+        command += [sys.executable, "-m", "horovod_prague.bench.elastic_worker", *common]
+        return command + ["--kill", plan.fault, "--commit-every", str(plan.commit_every)]
+    spec = f"localhost:{n}" if hosts is None else hosts.host_spec(plan.slots)
+    command = [str(bindir / "horovodrun"), "-np", str(n), "-H", spec, "--gloo", *flags]
+    command += [sys.executable, "-m", "horovod_prague.bench.worker", *common]
+    command += ["--eval-every", str(max(1, plan.steps // 30)), "--framework", plan.framework]
+    if flags:  # every rank at its own pace; All-Reduce's ranks move together
+        command.append("--own-pace")
+    return command
 
 
 def _where(plan: Plan) -> str:
@@ -357,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_job(job, plan, data_path, Path(tmp), out / "failed", hosts)
             except BenchError as e:
                 print(f"prague-bench: {e}", file=sys.stderr)
+                if plan.fault:  # a fault not survived is a result
+                    results.append({**job, "failed": str(e)[:2000]})
+                    continue
                 if results:
                     write_outputs(
                         out,
@@ -374,9 +426,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"accuracy {result['final_accuracy']:.3f}",
                 flush=True,
             )
+    if plan.fault:
+        return _write_fault_outputs(out, plan, results, labels)
     summary = summarize(results, plan.target)
     write_outputs(out, dataclasses.asdict(plan), results, summary, labels)
     return 0
+
+
+def _write_fault_outputs(
+    out: Path, plan: Plan, results: list[dict[str, Any]], labels: dict[str, tuple[str, list]]
+) -> int:
+    rows = faults.summarize(results)
+    table = faults.markdown(rows, {s: label for s, (label, _) in labels.items()})
+    (out / "table.md").write_text(table + "\n")
+    (out / "results.json").write_text(
+        json.dumps({"plan": dataclasses.asdict(plan), "summary": rows, "runs": results}, indent=1)
+    )
+    print(table)
+    return 0 if all(r["survived"] == r["seeds"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """``prague-bench`` end to end, tiny: every output it promises, from real Horovod jobs."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -52,3 +53,41 @@ def test_allreduce_poll_is_refused_for_tensorflow():
     run = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 2
     assert "allreduce-poll is PyTorch's" in run.stderr
+
+
+def test_a_tiny_fault_run_survives_and_measures_the_recovery(tmp_path):
+    """``--fault``: stock elastic All-Reduce and ``--prague`` each lose rank 3 of 4 at its
+    step 10 (and with it the host ``127.0.0.1``); the two survivors reset, train until the
+    samples of the undisturbed run and end with one model; the table gives the seconds from
+    the kill to their next step."""
+    out = tmp_path / "bench"
+    command = [sys.executable, "-m", "horovod_prague.bench", "--fault", "3@10", "--ranks", "4"]
+    command += ["--systems", "allreduce,prague", "--seeds", "1", "--commit-every", "5"]
+    command += ["--steps", "20", "--compute-ms", "10", "--params", "20000", "--out", str(out)]
+    # Survivors wait this long in a collective with the lost host's ranks (Horovod's default 30).
+    env = {**os.environ, "HOROVOD_GLOO_TIMEOUT_SECONDS": "15"}
+    run = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["system"]: r for r in results["summary"]}
+    assert set(rows) == {"allreduce", "prague"}  # the undisturbed reference is no row
+    for row in rows.values():
+        assert row["survived"] == 1 and row["recovery_s"] > 0, row
+    runs = {r["system"]: r for r in results["runs"]}
+    assert "killed_at" not in runs["undisturbed"] and "worlds" not in runs["undisturbed"]
+    for system in ("allreduce", "prague"):
+        run_ = runs[system]
+        # 10 steps of 4 ranks, then 20 of 2 for the other 10 steps' samples; and again the
+        # steps a survivor took after the commit of step 10, before the next commit failed.
+        assert run_["samples"] == 20 * 4 * 64
+        assert [w["sizes"] for w in run_["worlds"]] == [[4, 2], [4, 2]]
+        assert all(30 <= w["steps"] <= 35 for w in run_["worlds"]), run_["worlds"]
+    assert "faults survived" in (out / "table.md").read_text()
+
+
+def test_fault_needs_ranks_that_two_hosts_can_share():
+    command = [sys.executable, "-m", "horovod_prague.bench", "--fault", "5@10", "--ranks", "5"]
+    command += ["--out", "unused"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 2
+    assert "--fault 5@10: needs an even number of ranks, more than 5" in run.stderr

@@ -1,0 +1,134 @@
+"""One rank of a ``prague-bench --fault`` job: a plain Horovod elastic PyTorch script.
+
+Written as Horovod's elastic examples are: ``hvd.elastic.run`` over a ``TorchState`` that
+holds the model, the optimizer and the samples trained so far, a commit every
+``--commit-every`` steps, and a reset callback. Every rank takes the same steps (no rank runs
+ahead at its own pace: an unchanged elastic script has no such notion), each slowed as
+``workload.schedule`` says for the rank it was in the first world. The job trains until the
+samples reach what ``--steps`` steps of the first world give, so a job that lost ranks takes
+more steps on the survivors and ends after the same samples as an undisturbed one.
+
+The fault: rank ``R`` of the first world, at its step ``K`` (``--kill R@K``), writes the time
+to ``<out>.killed`` and exits. Horovod's elastic driver then drops its whole host; the
+survivors reset and go on from the last commit. Every rank notes when it ended its first
+step after each reset; rank 0 of the last world writes the job's result to ``--out``.
+
+    horovodrun --gloo -np 8 --min-np 4 -H localhost:4,127.0.0.1:4 [--prague] \\
+        python -m horovod_prague.bench.elastic_worker --kill 5@100 --out result.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import horovod.torch as hvd
+
+from horovod_prague.bench.faults import parse_kill
+from horovod_prague.bench.torch_trainer import FrameworkTrainer
+from horovod_prague.bench.worker import Batches
+from horovod_prague.bench.workload import SAMPLING, mnist1d, schedule
+
+
+class World:
+    """This process's view of the worlds it trained in: sizes, ranks and when each resumed."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.ranks: list[int] = []
+        self.started = time.time()
+        self.resumed: list[float] = []
+        """When this rank ended its first step in each world after the first."""
+        self.steps = 0
+        """Steps this process took, redone ones included."""
+
+    def enter(self) -> None:
+        self.sizes.append(hvd.size())
+        self.ranks.append(hvd.rank())
+
+    @property
+    def first(self) -> bool:
+        return len(self.sizes) == 1
+
+    def stepped(self) -> None:
+        self.steps += 1
+        if len(self.resumed) < len(self.sizes) - 1:
+            self.resumed.append(time.time())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", default="random")
+    ap.add_argument("--steps", type=int, default=250, help="steps of the first world")
+    ap.add_argument("--compute-ms", type=float, default=100.0)
+    ap.add_argument("--params", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sampling", choices=SAMPLING, default="shard")
+    ap.add_argument("--commit-every", type=int, default=25)
+    ap.add_argument("--kill", type=parse_kill, help="RANK@STEP of the first world")
+    ap.add_argument("--poll-wait", action="store_true")
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    data = mnist1d(None if a.data is None else Path(a.data))
+    trainer = FrameworkTrainer(data, a.params, a.lr, a.seed, a.batch)
+    trainer.poll_wait = a.poll_wait
+    first_size, first_rank = trainer.size, trainer.rank
+    factors = schedule(a.scenario, first_size, a.steps, a.seed).factors[first_rank]
+    total = a.steps * first_size * a.batch
+
+    state = hvd.elastic.TorchState(model=trainer.model, optimizer=trainer.opt, samples=0)
+
+    @hvd.elastic.run
+    def train(state: hvd.elastic.TorchState) -> None:
+        world.enter()
+        batches = Batches(a.sampling, len(data["x"]), hvd.rank(), hvd.size(), a.seed)
+        while state.samples < total:
+            for _ in range(a.commit_every):
+                if a.kill and world.first and (first_rank, world.steps) == a.kill:
+                    Path(a.out + ".killed").write_text(json.dumps(time.time()))
+                    os._exit(17)
+                time.sleep(a.compute_ms / 1000 * factors[world.steps % len(factors)])
+                trainer.step(batches.next(a.batch))
+                world.stepped()
+            state.samples += a.commit_every * hvd.size() * a.batch
+            state.commit()
+
+    trainer.barrier()
+    world = World()
+    train(state)
+    trainer.end()
+    end = time.time()
+    digests = trainer.allgather_object(trainer.digest(), name="bench.digests")
+    reports = trainer.allgather_object(
+        {"sizes": world.sizes, "resumed": world.resumed, "steps": world.steps},
+        name="bench.worlds",
+    )
+    prague = sys.modules.get(trainer.prague_module)  # loaded by the drop-in under --prague
+    stats = prague.exchange_stats() if prague is not None else None
+    stats_per_rank = trainer.allgather_object(stats, name="bench.stats")
+    if hvd.rank() == 0:
+        result = {
+            "framework": "torch",
+            "ranks": first_size,
+            "steps": a.steps,
+            "samples": int(state.samples),
+            "wall": end - world.started,
+            "final_accuracy": trainer.accuracy(),
+            "same_model_on_every_rank": len(set(digests)) == 1,
+            "worlds": reports,
+            "exchange_stats": stats_per_rank,
+        }
+        Path(a.out).write_text(json.dumps(result))
+    trainer.shutdown()
+
+
+if __name__ == "__main__":
+    main()
