@@ -19,7 +19,6 @@ step after each reset; rank 0 of the last world writes the job's result to ``--o
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -30,8 +29,8 @@ import horovod.torch as hvd
 
 from horovod_prague.bench.faults import parse_kill
 from horovod_prague.bench.torch_trainer import FrameworkTrainer
-from horovod_prague.bench.worker import Batches
-from horovod_prague.bench.workload import SAMPLING, mnist1d, schedule
+from horovod_prague.bench.worker import Batches, workload_arguments
+from horovod_prague.bench.workload import mnist1d, schedule
 
 
 class World:
@@ -61,20 +60,9 @@ class World:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--scenario", default="random")
-    ap.add_argument("--steps", type=int, default=250, help="steps of the first world")
-    ap.add_argument("--compute-ms", type=float, default=100.0)
-    ap.add_argument("--params", type=int, default=1_000_000)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sampling", choices=SAMPLING, default="shard")
+    ap = workload_arguments()
     ap.add_argument("--commit-every", type=int, default=25)
     ap.add_argument("--kill", type=parse_kill, help="RANK@STEP of the first world")
-    ap.add_argument("--poll-wait", action="store_true")
-    ap.add_argument("--data", default=None)
-    ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
     data = mnist1d(None if a.data is None else Path(a.data))
@@ -89,6 +77,13 @@ def main() -> None:
     @hvd.elastic.run
     def train(state: hvd.elastic.TorchState) -> None:
         world.enter()
+        try:
+            steps(state)
+        except Exception as e:  # what made this rank reset, for the job's log
+            print(f"rank {hvd.rank()} of {hvd.size()}: {type(e).__name__}: {e}", flush=True)
+            raise
+
+    def steps(state: hvd.elastic.TorchState) -> None:
         batches = Batches(a.sampling, len(data["x"]), hvd.rank(), hvd.size(), a.seed)
         while state.samples < total:
             for _ in range(a.commit_every):

@@ -69,23 +69,17 @@ class Batches:
         return self.rng.permutation(self.examples)
 
 
-def main() -> None:
+def workload_arguments() -> argparse.ArgumentParser:
+    """The options every benchmark rank takes: the workload, its slowdowns and the output."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--framework", choices=FRAMEWORKS, default="torch")
     ap.add_argument("--scenario", default="random")
     ap.add_argument("--steps", type=int, default=300, help="All-Reduce's steps per rank")
-    ap.add_argument(
-        "--own-pace",
-        action="store_true",
-        help="take this rank's share of the samples at its own pace (workload.schedule)",
-    )
     ap.add_argument("--compute-ms", type=float, default=100.0)
     ap.add_argument("--params", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sampling", choices=SAMPLING, default="shard")
-    ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--data", default=None)
     ap.add_argument(
         "--poll-wait",
@@ -94,6 +88,18 @@ def main() -> None:
         "Horovod's spinning synchronize (which slows ranks that share cores)",
     )
     ap.add_argument("--out", required=True)
+    return ap
+
+
+def main() -> None:
+    ap = workload_arguments()
+    ap.add_argument("--framework", choices=FRAMEWORKS, default="torch")
+    ap.add_argument(
+        "--own-pace",
+        action="store_true",
+        help="take this rank's share of the samples at its own pace (workload.schedule)",
+    )
+    ap.add_argument("--eval-every", type=int, default=10)
     a = ap.parse_args()
 
     trainer_class = importlib.import_module(

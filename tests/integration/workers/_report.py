@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def launcher_rank() -> int:
@@ -30,5 +33,23 @@ def digest(tensors: Iterable[Any]) -> str:
     order: equal on two ranks exactly when they hold the same values."""
     h = hashlib.sha256()
     for t in tensors:
-        h.update((t.detach().numpy() if hasattr(t, "detach") else t.numpy()).tobytes())
+        h.update(_array(t).tobytes())
     return h.hexdigest()[:16]
+
+
+def _array(t: Any) -> np.ndarray:
+    if hasattr(t, "detach"):
+        return t.detach().numpy()
+    return t.numpy() if hasattr(t, "numpy") else np.asarray(t)
+
+
+_check_names = itertools.count()
+
+
+def same_on_all_ranks(horovod: Any, values: Any, name: str | None = None) -> bool:
+    """Whether every rank holds the same ``values`` (a tensor, or a list of tensors or arrays),
+    by Horovod's own ``allgather_object`` on the ``horovod`` module given (stock Horovod's,
+    so that the check itself runs no Prague code). Every rank must call it at the same point."""
+    values = values if isinstance(values, list | tuple) else [values]
+    name = name or f"check.same.{next(_check_names)}"
+    return len(set(horovod.allgather_object(digest(values), name=name))) == 1

@@ -16,6 +16,7 @@ import horovod.torch as raw
 import pytest
 import torch
 import torch.nn.functional as F
+from _report import same_on_all_ranks
 
 import horovod_prague.torch as hvd
 from horovod_prague.common.overlap import wait_until
@@ -42,11 +43,6 @@ def _mean(t):
     return raw.allreduce(t.detach().clone(), op=raw.Average, name=f"check.{next(_names)}")
 
 
-def _same_on_all_ranks(t):
-    gathered = raw.allgather_object(t.detach().clone())
-    return all(torch.equal(gathered[0], g) for g in gathered)
-
-
 def _model():
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
     raw.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -62,7 +58,7 @@ def test_step_averages_the_locally_updated_parameters():
     opt.step()
     for p, e in zip(model.parameters(), expected, strict=True):
         torch.testing.assert_close(p.detach(), e)
-        assert _same_on_all_ranks(p)
+        assert same_on_all_ranks(raw, p)
 
 
 def test_no_named_parameters():
@@ -206,7 +202,7 @@ def test_dynamic_requires_grad():
         train_step(train_generator=True)
         train_step(train_discriminator=True)
     for p in [*gen.parameters(), *disc.parameters()]:
-        assert _same_on_all_ranks(p)
+        assert same_on_all_ranks(raw, p)
 
 
 def test_batchnorm_statistics_are_averaged_with_the_parameters():
@@ -215,7 +211,7 @@ def test_batchnorm_statistics_are_averaged_with_the_parameters():
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
     model(_rank_data(8, 4) * (1 + hvd.rank())).sum().backward()
     bn = model[1]
-    assert not _same_on_all_ranks(bn.running_mean)
+    assert not same_on_all_ranks(raw, bn.running_mean)
     expected_mean, expected_var = _mean(bn.running_mean), _mean(bn.running_var)
     opt.step()
     torch.testing.assert_close(bn.running_mean, expected_mean)
@@ -237,7 +233,7 @@ def test_step_with_closure_returns_the_loss():
     loss = opt.step(closure)
     assert isinstance(loss, torch.Tensor) and loss.item() > 0
     for p in model.parameters():
-        assert _same_on_all_ranks(p)
+        assert same_on_all_ranks(raw, p)
 
 
 def test_state_dict_round_trip():
@@ -375,7 +371,7 @@ def test_broadcast_optimizer_state_no_grad():
     assert torch.equal(grad, raw.broadcast(grad, root_rank=0, name="no_grad.check"))
     model(torch.ones(2)).sum().backward()
     opt.step()
-    assert _same_on_all_ranks(model.a) and _same_on_all_ranks(model.b)
+    assert same_on_all_ranks(raw, model.a) and same_on_all_ranks(raw, model.b)
 
 
 def test_average_model_after_steps():
@@ -391,7 +387,7 @@ def test_average_model_after_steps():
             p.add_(hvd.rank())
     assert hvd.average_model(model)
     for p in model.parameters():
-        assert _same_on_all_ranks(p)
+        assert same_on_all_ranks(raw, p)
 
 
 def test_a_global_collective_first_brings_the_model_to_consensus():
@@ -412,7 +408,7 @@ def test_a_global_collective_first_brings_the_model_to_consensus():
     with torch.no_grad():
         next(model.parameters()).add_(hvd.rank())
     hvd.allreduce(torch.tensor([1.0]), name="guarded.check2")
-    assert not _same_on_all_ranks(next(model.parameters()))
+    assert not same_on_all_ranks(raw, next(model.parameters()))
 
 
 def test_weighting_by_progress_weighs_each_rank_in_both_paths(monkeypatch):

@@ -17,6 +17,7 @@ import warnings
 import horovod.torch as raw
 import pytest
 import torch
+from _report import same_on_all_ranks
 
 import horovod_prague.torch as hvd
 
@@ -45,11 +46,6 @@ def _gathered(t):
     return raw.allgather_object(t.detach().clone(), name=f"check.{next(_names)}")
 
 
-def _same_on_all_ranks(t):
-    gathered = _gathered(t)
-    return all(torch.equal(gathered[0], g) for g in gathered)
-
-
 def _jitter(rng: random.Random) -> None:
     """A rank-dependent pause, so ranks reach the Group Generator in changing orders."""
     time.sleep(rng.random() * 0.01)
@@ -66,7 +62,7 @@ def test_explicit_loop_with_a_global_collective_each_step_does_not_hang():
         gathered = hvd.allgather(torch.tensor([step]), name=f"explicit.step.{step}")
         assert gathered.tolist() == [step] * hvd.size()
         # The guard brought the loop's tensors to consensus first.
-        assert _same_on_all_ranks(weights)
+        assert same_on_all_ranks(raw, weights)
 
 
 def test_uneven_steps_then_a_global_collective_do_not_hang():
@@ -86,7 +82,7 @@ def test_uneven_steps_then_a_global_collective_do_not_hang():
     assert total.item() == sum(10 + 3 * r for r in range(hvd.size()))
     # The guard brought the model to consensus before the collective.
     for p in model.parameters():
-        assert _same_on_all_ranks(p)
+        assert same_on_all_ranks(raw, p)
 
 
 def test_two_optimizers_average_the_same_tensors_in_every_group():
@@ -107,7 +103,7 @@ def test_two_optimizers_average_the_same_tensors_in_every_group():
         opt_g.step()
     assert hvd.average_model([*gen.parameters(), *disc.parameters()])
     for p in [*gen.parameters(), *disc.parameters()]:
-        assert _same_on_all_ranks(p)
+        assert same_on_all_ranks(raw, p)
 
 
 # Rounds of uneven steps then ``average_model``. Whether a round leaves a group owed at
@@ -136,7 +132,7 @@ def test_average_model_of_one_tracked_model_meets_partners_stepping_all():
                 opt.step()
         assert hvd.average_model(a)
         for p in [*a.parameters(), *b.parameters()]:
-            assert _same_on_all_ranks(p)
+            assert same_on_all_ranks(raw, p)
 
     for _ in range(ROUNDS):
         one_round()
@@ -165,7 +161,7 @@ def test_average_model_of_untracked_values_meets_partners_stepping():
         assert len(set(weights)) > 1  # uneven steps: a plain mean would differ
         assert torch.allclose(extra, torch.full((5,), expected))
         for p in model.parameters():
-            assert _same_on_all_ranks(p)
+            assert same_on_all_ranks(raw, p)
 
     for _ in range(ROUNDS):
         one_round()

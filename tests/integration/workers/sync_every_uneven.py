@@ -11,13 +11,9 @@ import sys
 
 import horovod.torch as raw
 import torch
+from _report import same_on_all_ranks
 
 import horovod_prague.torch as hvd
-
-
-def same_on_all_ranks(t: torch.Tensor, name: str) -> bool:
-    gathered = raw.allgather_object(t.detach().clone(), name=name)
-    return all(torch.equal(gathered[0], g) for g in gathered)
 
 
 def train(steps: int, skip: bool) -> torch.nn.Linear:
@@ -51,8 +47,8 @@ def main(scenario: str) -> None:
         )
         loss = hvd.allreduce(model.weight.sum(), name="loss")
         hvd.finish(model)
-        assert same_on_all_ranks(model.weight, "check.weight"), model.weight
-        assert same_on_all_ranks(loss, "check.loss")
+        assert same_on_all_ranks(raw, model.weight, "check.weight"), model.weight
+        assert same_on_all_ranks(raw, loss, "check.loss")
     print(f"rank {hvd.rank()}: {scenario} ok", flush=True)
     hvd.shutdown()
 

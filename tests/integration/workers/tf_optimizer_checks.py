@@ -7,7 +7,6 @@ Checks use Horovod's own collectives (``horovod.tensorflow``), not the guarded o
 
 from __future__ import annotations
 
-import itertools
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -17,6 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
+from _report import same_on_all_ranks  # noqa: E402
 
 import horovod_prague.keras as hvd_keras  # noqa: E402
 import horovod_prague.tensorflow as hvd  # noqa: E402
@@ -28,14 +28,6 @@ def prague():
     hvd.init(strategy="random", group_size=2, timeout=30, seed=5)
     yield
     hvd.shutdown()
-
-
-_names = itertools.count()
-
-
-def _same_on_all_ranks(v: tf.Variable) -> bool:
-    gathered = raw.allgather_object(v.numpy(), name=f"check.{next(_names)}")
-    return all(np.array_equal(gathered[0], g) for g in gathered)
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf.function"])
@@ -68,7 +60,7 @@ def test_gradients_accumulate_over_the_passes_then_apply_once(traced, average):
     expected = -scale * np.array([6.0, 60.0 + 3 * rank], dtype=np.float32)
     np.testing.assert_allclose(local.numpy(), expected, rtol=1e-6)
     hvd.average_model([shared])
-    assert _same_on_all_ranks(shared)
+    assert same_on_all_ranks(raw, shared)
 
 
 def test_keras_fit_takes_one_prague_step_per_accumulated_batch():
@@ -89,7 +81,7 @@ def test_keras_fit_takes_one_prague_step_per_accumulated_batch():
     assert hvd.exchange_stats()["steps"] == steps_before + 8  # 16 batches, 2 per step
     assert history.history["loss"][-1] < history.history["loss"][0]
     for v in model.variables:
-        assert _same_on_all_ranks(v)  # fit ends with a consensus
+        assert same_on_all_ranks(raw, v)  # fit ends with a consensus
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf.function"])
@@ -131,7 +123,7 @@ def test_a_tape_takes_its_step_when_the_optimizer_applies_its_gradients(traced, 
     assert hvd.exchange_stats()["steps"] == steps + 3
     hvd.average_model([w])
     assert hvd.exchange_stats()["steps"] == steps + 4
-    assert _same_on_all_ranks(w)
+    assert same_on_all_ranks(raw, w)
 
 
 def test_weighting_by_progress_weighs_each_rank_in_both_paths(monkeypatch):

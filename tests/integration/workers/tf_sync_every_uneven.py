@@ -14,17 +14,10 @@ import sys
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Horovod 0.28 needs tf-keras
 
 import horovod.tensorflow as raw  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from _report import same_on_all_ranks  # noqa: E402
 
 import horovod_prague.tensorflow as hvd  # noqa: E402
-
-
-def same_on_all_ranks(values: list[np.ndarray], name: str) -> bool:
-    gathered = raw.allgather_object(values, name=name)
-    return all(
-        all(np.array_equal(a, b) for a, b in zip(gathered[0], g, strict=True)) for g in gathered
-    )
 
 
 def main(api: str, scenario: str) -> None:
@@ -49,8 +42,8 @@ def main(api: str, scenario: str) -> None:
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
     total = hvd.allreduce(tf.reduce_sum(model.trainable_variables[0]), name="loss")
     hvd.finish(model)
-    assert same_on_all_ranks([v.numpy() for v in model.variables], "check.model")
-    assert same_on_all_ranks([total.numpy()], "check.loss")
+    assert same_on_all_ranks(raw, [v.numpy() for v in model.variables], "check.model")
+    assert same_on_all_ranks(raw, [total.numpy()], "check.loss")
     print(f"rank {hvd.rank()}: {api} {scenario} ok", flush=True)
     hvd.shutdown()
 
