@@ -322,8 +322,9 @@ def run_job(
         )
     result = json.loads(out.read_text())
     killed = Path(f"{out}.killed")
-    if killed.exists():
+    if killed.exists():  # a fault job: its log shows how each rank met the fault
         result["killed_at"] = json.loads(killed.read_text())
+        result["log"] = str(_save_log(logs.parent / "logs", stem, command, output))
     result["job_seconds"] = time.perf_counter() - started
     result["bound"] = schedule(job["scenario"], n, plan.steps, job["seed"]).bound
     return {**job, **result}

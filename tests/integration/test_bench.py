@@ -82,6 +82,7 @@ def test_a_tiny_fault_run_survives_and_measures_the_recovery(tmp_path):
         assert run_["samples"] == 20 * 4 * 64
         assert [w["sizes"] for w in run_["worlds"]] == [[4, 2], [4, 2]]
         assert all(30 <= w["steps"] <= 35 for w in run_["worlds"]), run_["worlds"]
+        assert "exit with status code 17" in (out / "logs" / f"{system}-4-random-0.log").read_text()
     assert "faults survived" in (out / "table.md").read_text()
 
 
