@@ -192,7 +192,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     full = {
         "ranks": "4,8",
         "scenarios": ",".join(SCENARIOS),
-        "systems": ",".join(SYSTEMS),
+        "systems": ",".join(s for s in SYSTEMS if s != faults.REFERENCE),
         "seeds": 3,
         "steps": 250,
         "compute_ms": 100.0,
@@ -228,11 +228,15 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         ap.error("--ranks: every job needs at least 2 ranks")
     if a.fault:
         try:
-            killed, _ = faults.parse_kill(a.fault)
+            killed, kill_step = faults.parse_kill(a.fault)
         except ValueError as e:
             ap.error(f"--fault: {e}")
         if a.framework != "torch" or a.hosts:
             ap.error("--fault: PyTorch on this machine only (no --framework, no --hosts)")
+        if len(ranks) > 1 or len(scenarios) > 1:
+            ap.error("--fault: one rank count and one scenario per run")
+        if kill_step >= pick("steps"):
+            ap.error(f"--fault {a.fault}: the kill comes after the run's {pick('steps')} steps")
         if any(n % 2 or killed >= n for n in ranks):
             ap.error(f"--fault {a.fault}: needs an even number of ranks, more than {killed}")
         if a.commit_every < 1:

@@ -1,8 +1,8 @@
 """One rank of a ``prague-bench --fault`` job: a plain Horovod elastic PyTorch script.
 
 Written as Horovod's elastic examples are: ``hvd.elastic.run`` over a ``TorchState`` that
-holds the model, the optimizer and the samples trained so far, a commit every
-``--commit-every`` steps, and a reset callback. Every rank takes the same steps (no rank runs
+holds the model, the optimizer and the samples trained so far, and a commit every
+``--commit-every`` steps. Every rank takes the same steps (no rank runs
 ahead at its own pace: an unchanged elastic script has no such notion), each slowed as
 ``workload.schedule`` says for the rank it was in the first world. The job trains until the
 samples reach what ``--steps`` steps of the first world give, so a job that lost ranks takes

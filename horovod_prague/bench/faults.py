@@ -75,6 +75,8 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     cells: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for runs in blocks.values():
         reference = runs.get(REFERENCE)
+        if reference is not None and "failed" in reference:
+            reference = None
         stock = [runs[s] for s in STOCK if s in runs and "failed" not in runs[s]]
         fastest = min((r["wall"] for r in stock), default=None)
         for system, r in runs.items():

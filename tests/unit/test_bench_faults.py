@@ -1,0 +1,41 @@
+"""``prague-bench``'s options and the fault scenario's summary, without running a job."""
+
+import pytest
+
+from horovod_prague.bench.cli import parse_args
+from horovod_prague.bench.faults import REFERENCE, summarize
+
+
+def test_the_default_systems_leave_out_the_fault_reference():
+    plan, _ = parse_args([])
+    assert REFERENCE not in plan.systems and "allreduce" in plan.systems
+    plan, _ = parse_args(["--fault", "5@100"])
+    assert plan.systems[0] == REFERENCE and plan.ranks == [8]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--fault", "5@300"], "the kill comes after the run's 250 steps"),
+        (["--fault", "1@10", "--ranks", "4,8"], "one rank count and one scenario per run"),
+    ],
+)
+def test_fault_refuses_a_run_it_cannot_measure(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_a_failed_reference_leaves_the_accuracy_unknown():
+    runs = [
+        {"seed": 0, "system": REFERENCE, "failed": "exit 1"},
+        {
+            "seed": 0,
+            "system": "allreduce",
+            "wall": 9.0,
+            "final_accuracy": 0.8,
+            "same_model_on_every_rank": True,
+        },
+    ]
+    (row,) = summarize(runs)
+    assert row["accuracy_delta"] is None and row["survived"] == 1
