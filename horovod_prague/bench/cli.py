@@ -40,6 +40,9 @@ from . import faults
 from .report import summarize, write_outputs
 from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, cache_dir, mnist1d, schedule
 
+BINDIR = Path(sys.executable).parent
+"""Where this Python's ``horovodrun`` is: every job runs it."""
+
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "allreduce": ("stock Horovod All-Reduce", []),
     "allreduce-poll": ("stock All-Reduce, waiting without spinning", []),
@@ -299,10 +302,9 @@ def run_job(
     stem = f"{job['system']}-{job['ranks']}-{job['scenario']}-{job['seed']}".replace("/", "+")
     out = workdir / f"{stem}.json"
     n = job["ranks"]
-    bindir = Path(sys.executable).parent
     command = job_command(job, plan, data, out, hosts)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_PRAGUE_")}
-    env.update(OMP_NUM_THREADS="1", PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}")
+    env.update(OMP_NUM_THREADS="1", PATH=f"{BINDIR}{os.pathsep}{env.get('PATH', '')}")
     started = time.perf_counter()
     proc = subprocess.Popen(
         command if hosts is None else hosts.run_command(command),
@@ -339,7 +341,6 @@ def job_command(
 ) -> list[str]:
     """The ``horovodrun`` command line of one job."""
     n = job["ranks"]
-    bindir = Path(sys.executable).parent
     flags = system_flags(job["system"])[1]
     common = ["--scenario", job["scenario"], "--steps", str(plan.steps)]
     common += ["--compute-ms", str(plan.compute_ms), "--params", str(plan.params)]
@@ -348,12 +349,12 @@ def job_command(
     if job["system"] == "allreduce-poll":
         common.append("--poll-wait")
     if plan.fault and job["system"] != faults.REFERENCE:
-        command = [str(bindir / "horovodrun"), "-np", str(n), "--min-np", str(n // 2)]
+        command = [str(BINDIR / "horovodrun"), "-np", str(n), "--min-np", str(n // 2)]
         command += ["-H", faults.hosts(n), "--gloo", *flags]
         command += [sys.executable, "-m", "horovod_prague.bench.elastic_worker", *common]
         return command + ["--kill", plan.fault, "--commit-every", str(plan.commit_every)]
     spec = f"localhost:{n}" if hosts is None else hosts.host_spec(plan.slots)
-    command = [str(bindir / "horovodrun"), "-np", str(n), "-H", spec, "--gloo", *flags]
+    command = [str(BINDIR / "horovodrun"), "-np", str(n), "-H", spec, "--gloo", *flags]
     command += [sys.executable, "-m", "horovod_prague.bench.worker", *common]
     command += ["--eval-every", str(max(1, plan.steps // 30)), "--framework", plan.framework]
     if flags:  # every rank at its own pace; All-Reduce's ranks move together

@@ -34,20 +34,21 @@ from horovod_prague.bench.workload import mnist1d, schedule
 
 
 class World:
-    """This process's view of the worlds it trained in: sizes, ranks and when each resumed."""
+    """This process's view of the worlds it trained in: their sizes and when it resumed in each."""
 
     def __init__(self) -> None:
         self.sizes: list[int] = []
-        self.ranks: list[int] = []
         self.started = time.time()
-        self.resumed: list[float] = []
-        """When this rank ended its first step in each world after the first."""
+        self.resumed: list[float | None] = []
+        """For each world after the first, when this rank ended its first step there (None if
+        it took none before the next reset)."""
         self.steps = 0
         """Steps this process took, redone ones included."""
 
     def enter(self) -> None:
+        if self.sizes:
+            self.resumed.append(None)
         self.sizes.append(hvd.size())
-        self.ranks.append(hvd.rank())
 
     @property
     def first(self) -> bool:
@@ -55,8 +56,8 @@ class World:
 
     def stepped(self) -> None:
         self.steps += 1
-        if len(self.resumed) < len(self.sizes) - 1:
-            self.resumed.append(time.time())
+        if self.resumed and self.resumed[-1] is None:
+            self.resumed[-1] = time.time()
 
 
 def main() -> None:

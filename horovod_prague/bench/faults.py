@@ -60,8 +60,19 @@ def hosts(ranks: int) -> str:
 
 
 def recovery(run: dict[str, Any]) -> float | None:
-    """Seconds from the kill to the latest survivor's first step after its reset."""
-    resumed = [w["resumed"][0] for w in run.get("worlds", []) if w["resumed"]]
+    """Seconds from the kill to the latest survivor's first step after a reset.
+
+    ``worlds`` holds, per survivor, when it first stepped in each world after the first
+    (None for a world it reset again before stepping in):
+
+    >>> recovery({"killed_at": 10.0, "worlds": [{"resumed": [None, 14.0]}, {"resumed": [12.0]}]})
+    4.0
+    """
+    resumed = [
+        next(t for t in w["resumed"] if t is not None)
+        for w in run.get("worlds", [])
+        if any(t is not None for t in w["resumed"])
+    ]
     if "killed_at" not in run or not resumed:
         return None
     return max(resumed) - run["killed_at"]
