@@ -33,7 +33,7 @@ from typing import Any
 
 from .common.config import ENV_PREFIX, HELP, STRATEGIES, PragueConfig
 from .common.strategies import make_strategy
-from .common.topology import Topology
+from .common.topology import NODES_VAR, Topology, node_sizes_of
 
 GROUP_TITLE = "Prague arguments (horovod-prague)"
 DEFAULT_STRATEGY = PragueConfig.strategy
@@ -169,9 +169,15 @@ def with_default_strategy(argv: list[str]) -> list[str]:
 
 
 def set_env(env: dict[str, str], args: argparse.Namespace) -> None:
-    """Put the Prague options given on the command line into the workers' environment."""
+    """Put the Prague options given on the command line into the workers' environment, and
+    the ranks on each host where the host list fixes them (``NODES_VAR``)."""
     for name, value in given(args).items():
         env[ENV_PREFIX + name.upper()] = str(value)
+    topology = _topology(args)
+    elastic = getattr(args, "min_num_proc", None) or getattr(args, "host_discovery_script", None)
+    switched_on = given(args) or env.get(ENV_PREFIX + "STRATEGY")
+    if topology is not None and topology.cross_size > 1 and switched_on and not elastic:
+        env[NODES_VAR] = ",".join(map(str, topology.node_sizes))
 
 
 def hook_installed() -> bool:
@@ -183,17 +189,16 @@ def hook_installed() -> bool:
 
 
 def _topology(args: argparse.Namespace) -> Topology | None:
-    """The job's shape, when the command line fixes it: one host, or hosts of equal slots."""
+    """The job's shape, where the command line fixes it: ``-np`` ranks on one host, or on
+    the hosts of ``-H`` (or of the host file, once horovodrun has read it), filled in turn."""
     num_proc = getattr(args, "num_proc", None)
-    if not num_proc or getattr(args, "hostfile", None):
+    if not num_proc:
         return None
     hosts = getattr(args, "hosts", None)
     if not hosts:
-        return Topology(num_proc, num_proc)
-    slots = [int(h.rpartition(":")[2]) if ":" in h else 1 for h in hosts.split(",")]
-    if len(set(slots)) != 1 or sum(slots) != num_proc:
-        return None
-    return Topology(num_proc, slots[0])
+        return None if getattr(args, "hostfile", None) else Topology(num_proc, num_proc)
+    sizes = node_sizes_of(hosts, num_proc)
+    return None if sizes is None else Topology.of_nodes(sizes)
 
 
 def _name_flag(message: str) -> str:

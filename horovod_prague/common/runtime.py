@@ -205,7 +205,7 @@ def initialize(
         registered = [by_ranks.get(g) or hvd.ProcessSet(list(g)) for g in strategy.groups()]
     if strategy is None and horovod_kwargs.get("process_sets") != "dynamic":
         warnings.warn(
-            "the launcher did not announce the job's size (HOROVOD_SIZE or "
+            "the launcher did not announce the job's layout (HOROVOD_SIZE or "
             "OMPI_COMM_WORLD_SIZE); Prague falls back to Horovod's slower dynamic "
             "process sets",
             stacklevel=3,
@@ -235,6 +235,13 @@ def _topology_after_init(hvd: ModuleType) -> Topology:
     launcher placed them."""
     if elastic():
         return Topology(hvd.size(), hvd.size())
+    if hvd.size() % hvd.local_size():
+        raise RuntimeError(
+            f"this host runs {hvd.local_size()} of the job's {hvd.size()} ranks, so the hosts "
+            "run different numbers of ranks, and the launcher did not say how many each: "
+            "launch with horovodrun (-H or a host file), which tells every rank, or give "
+            "every host the same number of ranks"
+        )
     return Topology(hvd.size(), hvd.local_size())
 
 

@@ -20,6 +20,44 @@ import itertools
 import os
 from collections.abc import Mapping, Sequence
 
+NODES_VAR = "HOROVOD_PRAGUE_NODES"
+"""Ranks on each host, in rank order (``4,2``), as ``horovodrun --prague`` places a job on a
+fixed host list: how a rank learns the layout before ``init`` where no Gloo store tells it
+(MPI)."""
+
+_RANK_KEYS = (
+    ("HOROVOD_SIZE", "HOROVOD_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_LOCAL_RANK"),
+    (
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+    ),
+    ("PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS", "MPI_LOCALRANKID"),
+)
+"""The launchers' variables: (size, rank, ranks on this node, rank on this node)."""
+
+
+def node_sizes_of(hosts: str, num_proc: int) -> tuple[int, ...] | None:
+    """The ranks on each host of a ``horovodrun -H`` list for ``num_proc`` ranks: its launchers
+    (Gloo's and ``mpirun -map-by slot``) fill each host's slots in turn. None if the slots are
+    too few.
+
+    >>> node_sizes_of("h1:4,h2:2", 6), node_sizes_of("h1:4,h2:4", 6), node_sizes_of("a,b", 2)
+    ((4, 2), (4, 2), (1, 1))
+    >>> node_sizes_of("h1:2,h2:2", 6) is None
+    True
+    """
+    sizes = []
+    left = num_proc
+    for host in hosts.split(","):
+        if left == 0:
+            break
+        slots = int(host.rpartition(":")[2]) if ":" in host else 1
+        sizes.append(min(slots, left))
+        left -= sizes[-1]
+    return tuple(sizes) if left == 0 and sizes else None
+
 
 @dataclasses.dataclass(frozen=True)
 class Topology:
@@ -96,17 +134,16 @@ class Topology:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Topology | None:
         """The topology the launcher announced (horovodrun or Open MPI), or None if unknown.
 
-        A rank learns only its own node's size from the launcher. Where horovodrun says the
+        ``horovodrun --prague`` names every host's ranks (``NODES_VAR``). Otherwise a rank
+        learns only its own node's size from the launcher. Where horovodrun says the
         job spans nodes of different sizes (``HOROVOD_CROSS_SIZE`` disagrees with an equal
         split), the whole layout is unknown here: None (``agreement.check_before_init`` learns
         it from every rank under Gloo).
         """
         env = os.environ if env is None else env
-        for size_key, local_key in (
-            ("HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE"),
-            ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-            ("PMI_SIZE", "MPI_LOCALNRANKS"),
-        ):
+        if env.get(NODES_VAR):
+            return cls.placed(env[NODES_VAR], env)
+        for size_key, _, local_key, _ in _RANK_KEYS:
             if env.get(size_key) and env.get(local_key):
                 size, local_size = int(env[size_key]), int(env[local_key])
                 if size % local_size:
@@ -117,3 +154,38 @@ class Topology:
                     return None
                 return topology
         return None
+
+    @classmethod
+    def placed(cls, nodes: str, env: Mapping[str, str]) -> Topology:
+        """The layout ``horovodrun`` announced (``NODES_VAR``), checked against where the
+        launcher put this rank; ValueError if they differ (a launcher that maps ranks
+        otherwise, such as ``mpirun --map-by node``).
+
+        >>> env = {"OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_RANK": "4",
+        ...        "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
+        >>> Topology.placed("4,2", env).node_sizes
+        (4, 2)
+        >>> Topology.placed("3,3", env)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: ... rank 4 would be rank 1 of 3 on its host, but the launcher made it rank 0 ...
+        """
+        topology = cls.of_nodes([int(n) for n in nodes.split(",")])
+        announced = f"the job's hosts hold {nodes} ranks ({NODES_VAR}, from horovodrun's host list)"
+        for size_key, rank_key, local_size_key, local_rank_key in _RANK_KEYS:
+            if not all(env.get(k) for k in (size_key, rank_key, local_size_key, local_rank_key)):
+                continue
+            rank, size = int(env[rank_key]), int(env[size_key])
+            if size != topology.size:
+                raise ValueError(f"{announced}, {topology.size} in all, but {size} were started")
+            node = topology.node_of(rank)
+            expected = (rank - topology.ranks_on(node)[0], topology.node_sizes[node])
+            actual = (int(env[local_rank_key]), int(env[local_size_key]))
+            if expected != actual:
+                raise ValueError(
+                    f"{announced}, so rank {rank} would be rank {expected[0]} of {expected[1]} "
+                    f"on its host, but the launcher made it rank {actual[0]} of {actual[1]}: "
+                    "launch with -map-by slot (horovodrun's default) or equal slots"
+                )
+            break
+        return topology

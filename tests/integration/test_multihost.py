@@ -81,14 +81,17 @@ def test_tensorflow_and_keras_across_two_hosts(tmp_path, emulated_hosts, api, co
     assert len({rep["final"] for rep in job.reports}) == 1, "ranks differ at the end"
 
 
-def test_hosts_with_different_numbers_of_ranks(tmp_path, emulated_hosts):
-    """``-H h1:4,h2:2``: the Gloo store gives every rank the layout (nodes of 4 and 2)."""
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+def test_hosts_with_different_numbers_of_ranks(tmp_path, emulated_hosts, controller):
+    """``-H h1:4,h2:2``: every rank learns the layout (nodes of 4 and 2) before ``init``, from
+    the Gloo store or, under MPI, from the launcher's host list."""
     hosts = emulated_hosts(2)
     job = run_on_hosts(
         hosts,
         "meetings.py",
         tmp_path,
         "h1:4,h2:2",
+        controller,
         args=("30",),
         flags=("--prague", "--prague-threshold", "0"),  # alternation not skipped for lag
     )

@@ -4,7 +4,7 @@ import pytest
 
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.strategies import make_strategy
-from horovod_prague.common.topology import Topology
+from horovod_prague.common.topology import NODES_VAR, Topology
 
 
 def test_keyword_arguments_beat_environment_beat_defaults():
@@ -83,3 +83,26 @@ def test_a_launcher_announcing_nodes_of_different_sizes_leaves_the_layout_unknow
     assert Topology.from_env(env) is None
     assert Topology.from_env({**env, "HOROVOD_LOCAL_SIZE": "4"}) is None
     assert Topology.from_env({**env, "HOROVOD_LOCAL_SIZE": "3"}) == Topology(6, 3)
+
+
+def test_the_host_list_announced_by_horovodrun_gives_every_rank_the_layout():
+    """``horovodrun -H h1:4,h2:2`` under MPI: no Gloo store, so the runner names each host's
+    ranks (``NODES_VAR``) and each rank checks its own place against it."""
+
+    def mpi(rank, local_rank, local_size, nodes="4,2", size=6):
+        return {
+            NODES_VAR: nodes,
+            "OMPI_COMM_WORLD_SIZE": str(size),
+            "OMPI_COMM_WORLD_RANK": str(rank),
+            "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(local_rank),
+        }
+
+    for rank in range(6):
+        env = mpi(rank, rank % 4, 4 if rank < 4 else 2)
+        assert Topology.from_env(env) == Topology.of_nodes([4, 2])
+    # mpirun --map-by node: rank 1 on the second host.
+    with pytest.raises(ValueError, match="rank 1 would be rank 1 of 4 .* made it rank 0 of 2"):
+        Topology.from_env(mpi(1, 0, 2))
+    with pytest.raises(ValueError, match="6 in all, but 8 were started"):
+        Topology.from_env(mpi(1, 1, 4, size=8))

@@ -252,3 +252,15 @@ def test_under_elastic_groups_ignore_hosts_so_every_rank_derives_one_layout(monk
     for local_size in (2, 1):
         hvd = types.SimpleNamespace(size=lambda: 3, local_size=lambda n=local_size: n)
         assert _topology_after_init(hvd) == Topology(3, 3)
+
+
+def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error(monkeypatch):
+    """``mpirun -H h1:4,h2:2`` without horovodrun: a rank of h1 sees 4 of 6 ranks."""
+    from horovod_prague.common.runtime import _topology_after_init
+
+    monkeypatch.delenv("HOROVOD_ELASTIC", raising=False)
+    hvd = types.SimpleNamespace(size=lambda: 6, local_size=lambda: 4)
+    with pytest.raises(RuntimeError, match="runs 4 of the job's 6 ranks.*launch with horovodrun"):
+        _topology_after_init(hvd)
+    hvd = types.SimpleNamespace(size=lambda: 6, local_size=lambda: 3)
+    assert _topology_after_init(hvd) == Topology(6, 3)

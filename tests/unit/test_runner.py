@@ -7,6 +7,7 @@ import pytest
 
 from horovod_prague import runner
 from horovod_prague.common.config import ENV_PREFIX, PragueConfig
+from horovod_prague.common.topology import NODES_VAR
 
 
 def _parser():
@@ -103,6 +104,27 @@ def test_the_variable_alone_switches_prague_on_and_flags_add_to_it():
     env = {}
     runner.set_env(env, args)
     assert env == {"HOROVOD_PRAGUE_SEED": "3"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "nodes"),
+    [
+        (["-np", "6", "-H", "h1:4,h2:2", "--prague"], "4,2"),
+        (["-np", "6", "-H", "h1:4,h2:4", "--prague"], "4,2"),  # slots filled in turn
+        (["-np", "4", "-H", "h1:4,h2:4", "--prague"], None),  # one host: its own variables
+        (["-np", "6", "-H", "h1:4,h2:2"], None),  # stock Horovod
+        (["-np", "6", "-H", "h1:4,h2:2", "--min-np", "2", "--prague"], None),  # elastic
+    ],
+)
+def test_the_ranks_on_each_host_reach_the_workers(argv, nodes):
+    """Under MPI no Gloo store tells a rank the other hosts' ranks before ``init``."""
+    parser = _parser()
+    parser.add_argument("--min-np", dest="min_num_proc", type=int)
+    args = parser.parse_args(argv)
+    runner.check_args(parser, args, {})
+    env = {}
+    runner.set_env(env, args)
+    assert env.get(NODES_VAR) == nodes
 
 
 def _error(capsys, argv, env=None):
