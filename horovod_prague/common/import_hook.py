@@ -111,9 +111,11 @@ REPLACED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "horovod.torch.elastic": (("horovod_prague.torch.elastic", ("_reset",)),),
     "horovod.torch.elastic.state": (("horovod_prague.torch", ("broadcast_object",)),),
     "horovod.tensorflow.elastic": (
-        ("horovod_prague.tensorflow.elastic", ("_reset",)),
+        ("horovod_prague.tensorflow.elastic", ("_reset", "run")),
         ("horovod_prague.tensorflow", ("broadcast_object",)),
     ),
+    # ``run`` resets on a failed grouped all-reduce or Prague wait inside a ``tf.function``.
+    "horovod.tensorflow.keras.elastic": (("horovod_prague.tensorflow.elastic", ("run",)),),
 }
 # Standalone Keras (``import keras``), which is Keras 3 with TensorFlow 2.16 and later, where
 # Horovod 0.28's wrappers do not work; scripts use ``horovod.tensorflow.keras`` with tf-keras.

@@ -33,6 +33,7 @@ if not _tf.keras.optimizers.Optimizer.__module__.startswith("tf_keras"):
 
 from horovod.tensorflow.keras import *  # noqa: E402,F403  (the whole Horovod Keras API)
 
+from ..common.elastic import patch_horovod  # noqa: E402
 from ..common.import_hook import KERAS_GLOBAL_COLLECTIVES, originals  # noqa: E402
 from ..tensorflow import average_model as average_model  # noqa: E402
 from ..tensorflow import config as config  # noqa: E402
@@ -51,6 +52,7 @@ from .optimizer import DistributedOptimizer as DistributedOptimizer  # noqa: E40
 from .optimizer import install_fit_consensus  # noqa: E402
 
 install_fit_consensus()
+patch_horovod("horovod.tensorflow.keras.elastic")  # its run, bound from TensorFlow's at import
 _hvd_keras = originals(sys.modules["horovod.tensorflow.keras"])
 globals().update(
     {name: _binding.guard(getattr(_hvd_keras, name)) for name in KERAS_GLOBAL_COLLECTIVES}

@@ -90,6 +90,24 @@ def test_elastic_resets_and_commits_go_through_prague(drop_in):
     assert out == ["horovod_prague.torch.elastic horovod_prague.torch", "True"]
 
 
+@pytest.mark.parametrize("drop_in", [True, False], ids=["drop-in", "explicit"])
+def test_keras_elastic_run_resets_on_a_step_that_lost_a_worker(drop_in):
+    """Keras's ``hvd.elastic.run`` is Prague's, which resets where Horovod's returned as if
+    training had ended: a grouped all-reduce or a Prague wait that failed inside ``fit``."""
+    module = "horovod.tensorflow.keras" if drop_in else "horovod_prague.keras"
+    out = _python(
+        (
+            "from horovod_prague.common import import_hook\nimport_hook.install()\n"
+            if drop_in
+            else ""
+        )
+        + f"import {module} as hvd\n"
+        "import horovod.tensorflow.elastic as e\n"
+        "print(hvd.elastic.run.__prague_target__, e.run.__prague_target__)\n"
+    )
+    assert out == ["horovod_prague.tensorflow.elastic horovod_prague.tensorflow.elastic"]
+
+
 @pytest.mark.skipif(
     not any((Path(p) / "horovod_prague_dropin.pth").exists() for p in site.getsitepackages()),
     reason="horovod-prague is not installed (scripts/bootstrap.py installs it)",
