@@ -113,7 +113,9 @@ def test_rank_0_lost_leaves_survivors_that_finish_with_one_model(tmp_path, flags
         assert len({rep["model"] for rep in reports}) == 1
 
 
-def _discovered_job(tmp_path, flags, hosts_before: str, hosts_after: str, np: int):
+def _discovered_job(
+    tmp_path, flags, hosts_before: str, hosts_after: str, np: int, script="elastic_torch.py"
+):
     """A job on the hosts a discovery script prints: ``hosts_before``, then, from rank 0's
     step 10, ``hosts_after``."""
     hosts = tmp_path / "hosts"
@@ -122,7 +124,7 @@ def _discovered_job(tmp_path, flags, hosts_before: str, hosts_after: str, np: in
     discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
     discover.chmod(0o755)
     return run_ranks(
-        "elastic_torch.py",
+        script,
         tmp_path,
         launcher=[
             str(BIN / "horovodrun"),
@@ -196,3 +198,35 @@ def test_a_host_removed_by_discovery_leaves_the_others_going_on(tmp_path, flags)
     assert len({rep["parameters"] for rep in reports}) == 1
     if flags:
         assert len({rep["model"] for rep in reports}) == 1
+
+
+@pytest.mark.parametrize(
+    ("hosts_before", "hosts_after", "np"),
+    [("localhost:2", "localhost:2,127.0.0.1:2", 2), ("localhost:2,127.0.0.1:2", "localhost:2", 4)],
+    ids=["added", "removed"],
+)
+def test_keras_fit_goes_on_when_discovery_adds_or_removes_a_host(
+    tmp_path, hosts_before, hosts_after, np
+):
+    """Under the flag, Keras ``fit`` with the elastic callbacks (``workers/keras_elastic.py``)
+    on the hosts a discovery script lists, changed at batch 10: a host added gets workers that
+    start from the committed epoch with rank 0's weights; a host removed leaves the others
+    going on. Two epochs in the new world, then every rank holds the same weights."""
+    job = _discovered_job(
+        tmp_path, ("--prague",), hosts_before, hosts_after, np, script="keras_elastic.py"
+    )
+    reports = job.reports
+    new_size = len(reports)
+    assert new_size == (4 if np == 2 else 2), job.output[-3000:]
+    changed_at = reports[0]["changed_at"]
+    assert len(changed_at) == 1 and changed_at[0] >= 1, reports[0]
+    for rep in reports:
+        assert rep["size"] == new_size and rep["changed_at"] == changed_at, rep
+        assert rep["epoch"] == changed_at[0] + 2, rep
+        if rep["host"] == "localhost":
+            assert rep["sizes"] == [np, new_size] and rep["resets"] == [new_size], rep
+        else:  # started by the driver: never reset, begins at the committed epoch
+            assert rep["sizes"] == [new_size] and rep["first_epochs"] == changed_at, rep
+        # In groups in the new world: how many form depends on timing; at least one does.
+        assert rep["stats"]["averaged"] + rep["stats"]["owed"] >= 1, rep
+    assert len({rep["parameters"] for rep in reports}) == 1
