@@ -74,10 +74,10 @@ class PragueRuntime:
         if self._client is not None:
             return
         _check_agreement(self.hvd, self.config)
-        topology, self.hosts = _layout(self.hvd)
-        if topology != self.topology and not elastic():  # elastic: hosts ignored, above
-            raise RuntimeError(f"Prague was set up for {self.topology}, Horovod reports {topology}")
-        self._client = self._connect()
+        layout, self.hosts = _layout(self.hvd)
+        if layout != self.topology and not elastic():  # elastic: groups ignore hosts
+            raise RuntimeError(f"Prague was set up for {self.topology}, Horovod reports {layout}")
+        self._client = self._connect(layout)
 
     @property
     def client(self) -> GroupGeneratorClient:
@@ -85,13 +85,15 @@ class PragueRuntime:
             raise RuntimeError("horovod_prague has not started: Binding.runtime() starts it")
         return self._client
 
-    def _connect(self) -> GroupGeneratorClient:
+    def _connect(self, layout: Topology) -> GroupGeneratorClient:
+        """Connect to the Group Generator, which rank 0 starts where every host of ``layout``
+        (the hosts as Horovod placed the ranks, under elastic too) can reach it."""
         hvd, config = self.hvd, self.config
         offer: dict[str, Any] = {}
         if self.rank == 0:
             bind = None
             try:
-                bind, advertise = _addresses(config, self.topology)
+                bind, advertise = _addresses(config, layout)
                 self.server = GroupGeneratorServer(
                     GroupGenerator(self.strategy, config.sync_every),
                     new_token(),

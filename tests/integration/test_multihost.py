@@ -298,3 +298,44 @@ def _cmdline(pid: str) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("fault", ["discovery", "killed"])
+def test_elastic_survivors_go_on_across_hosts(tmp_path, emulated_hosts, fault):
+    """Horovod elastic across emulated hosts under the flag (``workers/elastic_torch.py``, 2
+    hosts x 2 ranks, ``--min-np 2``): the discovery script stops listing h2 at rank 0's step
+    10, or h2's first worker dies at step 12; h1's two ranks reset into a world of 2 (a new
+    Group Generator and process sets) and end with one model."""
+    hosts = emulated_hosts(2)
+    listed = tmp_path / "hosts"
+    listed.write_text("h1:2\nh2:2\n")
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {listed}\n")
+    discover.chmod(0o755)
+    horovodrun = [str(BIN / "horovodrun"), "--gloo", "-np", "4", "--min-np", "2"]
+    if fault == "discovery":
+        horovodrun += ["--max-np", "4", "--host-discovery-script", str(discover)]
+        env = {
+            "PRAGUE_HOSTS_FILE": str(listed),
+            "PRAGUE_CHANGE_STEP": "10",
+            "PRAGUE_NEW_HOSTS": "h1:2",
+            "PRAGUE_NEW_SIZE": "2",
+        }
+    else:
+        horovodrun += ["-H", "h1:2,h2:2"]
+        env = {"PRAGUE_KILL_HOST": "h2", "PRAGUE_KILL_STEP": "12"}
+    job = run_ranks(
+        "elastic_torch.py",
+        tmp_path,
+        np=4,
+        env={**env, "HOROVOD_GLOO_TIMEOUT_SECONDS": "20"},
+        timeout=300,
+        launcher=hosts.run_command(horovodrun),
+        launcher_flags=("--prague",),
+    ).check()
+    reports = job.reports
+    assert [rep["rank"] for rep in reports] == [0, 1], job.output[-3000:]
+    for rep in reports:
+        assert rep["host"] == "h1" and rep["sizes"] == [4, 2] and rep["resets"] == [2], rep
+        assert rep["stats"]["averaged"] + rep["stats"]["owed"] >= 1, rep
+    assert len({rep["model"] for rep in reports}) == 1
