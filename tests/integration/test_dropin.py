@@ -114,12 +114,14 @@ def test_horovodrun_rejects_an_impossible_group_before_starting_workers():
     assert "--prague-group-size: a group of 8 ranks cannot form in a job of 4" in result.stderr
 
 
-def test_a_script_may_call_init_again_as_with_stock_horovod(tmp_path):
+@pytest.mark.parametrize("script", ["init_twice.py", "tf_init_twice.py"], ids=["torch", "tf"])
+def test_a_script_may_call_init_again_as_with_stock_horovod(tmp_path, script):
     """``hvd.init()`` twice (a no-op), once with another option (a ValueError naming it),
-    and again after ``hvd.shutdown()`` (a fresh start), under the flag; before, the second
-    call raised "call horovod_prague's init() instead of Horovod's" on every rank."""
+    and again after ``hvd.shutdown()`` (a fresh start), under the flag, PyTorch and
+    TensorFlow; before, the second call raised "call horovod_prague's init() instead of
+    Horovod's" on every rank."""
     job = run_ranks(
-        "init_twice.py",
+        script,
         tmp_path,
         np=2,
         launcher_flags=("--prague", "--prague-timeout", "20"),
