@@ -169,15 +169,19 @@ def with_default_strategy(argv: list[str]) -> list[str]:
 
 
 def set_env(env: dict[str, str], args: argparse.Namespace) -> None:
-    """Put the Prague options given on the command line into the workers' environment, and
-    the ranks on each host where the host list fixes them (``NODES_VAR``)."""
+    """Put the Prague options given on the command line into the workers' environment, and,
+    for an MPI job on several hosts, the ranks on each (``NODES_VAR``)."""
     for name, value in given(args).items():
         env[ENV_PREFIX + name.upper()] = str(value)
-    topology = _topology(args)
-    elastic = getattr(args, "min_num_proc", None) or getattr(args, "host_discovery_script", None)
-    switched_on = given(args) or env.get(ENV_PREFIX + "STRATEGY")
-    if topology is not None and topology.cross_size > 1 and switched_on and not elastic:
-        env[NODES_VAR] = ",".join(map(str, topology.node_sizes))
+    elastic = (
+        getattr(args, "min_num_proc", None) is not None
+        or getattr(args, "host_discovery_script", None) is not None
+    )
+    # Under Gloo every rank reads the layout from the rendezvous store instead.
+    if env.get(ENV_PREFIX + "STRATEGY") and not elastic and not getattr(args, "use_gloo", False):
+        topology = _topology(args)
+        if topology is not None and topology.cross_size > 1:
+            env[NODES_VAR] = ",".join(map(str, topology.node_sizes))
 
 
 def hook_installed() -> bool:
@@ -190,14 +194,18 @@ def hook_installed() -> bool:
 
 def _topology(args: argparse.Namespace) -> Topology | None:
     """The job's shape, where the command line fixes it: ``-np`` ranks on one host, or on
-    the hosts of ``-H`` (or of the host file, once horovodrun has read it), filled in turn."""
+    the hosts of ``-H`` (or of the host file, once horovodrun has read it), filled in turn as
+    ``mpirun -map-by slot`` fills them."""
     num_proc = getattr(args, "num_proc", None)
     if not num_proc:
         return None
     hosts = getattr(args, "hosts", None)
     if not hosts:
         return None if getattr(args, "hostfile", None) else Topology(num_proc, num_proc)
-    sizes = node_sizes_of(hosts, num_proc)
+    try:
+        sizes = node_sizes_of(hosts, num_proc)
+    except ValueError:  # a host's slots are not a number: horovodrun's own parser says so
+        return None
     return None if sizes is None else Topology.of_nodes(sizes)
 
 

@@ -68,11 +68,8 @@ def recovery(run: dict[str, Any]) -> float | None:
     >>> recovery({"killed_at": 10.0, "worlds": [{"resumed": [None, 14.0]}, {"resumed": [12.0]}]})
     4.0
     """
-    resumed = [
-        next(t for t in w["resumed"] if t is not None)
-        for w in run.get("worlds", [])
-        if any(t is not None for t in w["resumed"])
-    ]
+    firsts = [next((t for t in w["resumed"] if t is not None), None) for w in run.get("worlds", [])]
+    resumed = [t for t in firsts if t is not None]
     if "killed_at" not in run or not resumed:
         return None
     return max(resumed) - run["killed_at"]

@@ -224,7 +224,7 @@ def initialize(
             f"ranks register different process sets. This rank: {_describe(config)}."
         ) from e
     if strategy is None:
-        strategy = make_strategy(config, _topology_after_init(hvd))
+        strategy = make_strategy(config, announced or _topology_after_init(hvd))
     return PragueRuntime(hvd, config, strategy, registered)
 
 

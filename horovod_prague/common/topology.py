@@ -21,9 +21,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 NODES_VAR = "HOROVOD_PRAGUE_NODES"
-"""Ranks on each host, in rank order (``4,2``), as ``horovodrun --prague`` places a job on a
-fixed host list: how a rank learns the layout before ``init`` where no Gloo store tells it
-(MPI)."""
+"""Ranks on each host, in rank order (``4,2``), as ``horovodrun --prague`` places an MPI job on
+a fixed host list: how a rank learns the layout before ``init`` where no Gloo store tells it."""
 
 _RANK_KEYS = (
     ("HOROVOD_SIZE", "HOROVOD_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_LOCAL_RANK"),
@@ -39,14 +38,14 @@ _RANK_KEYS = (
 
 
 def node_sizes_of(hosts: str, num_proc: int) -> tuple[int, ...] | None:
-    """The ranks on each host of a ``horovodrun -H`` list for ``num_proc`` ranks: its launchers
-    (Gloo's and ``mpirun -map-by slot``) fill each host's slots in turn. None if the slots are
-    too few.
+    """The ranks on each host of a ``horovodrun -H`` list for ``num_proc`` ranks, as Horovod's
+    ``mpirun -map-by slot`` places them: each host's slots in turn (hosts of no slot skipped).
+    None if the slots are too few.
 
     >>> node_sizes_of("h1:4,h2:2", 6), node_sizes_of("h1:4,h2:4", 6), node_sizes_of("a,b", 2)
     ((4, 2), (4, 2), (1, 1))
-    >>> node_sizes_of("h1:2,h2:2", 6) is None
-    True
+    >>> node_sizes_of("h1:0,h2:2", 2), node_sizes_of("h1:2,h2:2", 6)
+    ((2,), None)
     """
     sizes = []
     left = num_proc
@@ -54,8 +53,9 @@ def node_sizes_of(hosts: str, num_proc: int) -> tuple[int, ...] | None:
         if left == 0:
             break
         slots = int(host.rpartition(":")[2]) if ":" in host else 1
-        sizes.append(min(slots, left))
-        left -= sizes[-1]
+        if slots > 0:
+            sizes.append(min(slots, left))
+            left -= sizes[-1]
     return tuple(sizes) if left == 0 and sizes else None
 
 

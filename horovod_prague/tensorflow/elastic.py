@@ -4,9 +4,9 @@ Keras's elastic runs), with Prague rebuilt on reset: as ``horovod_prague.torch.e
 ``run`` is Horovod's, except for what counts as a lost worker. Inside a ``tf.function`` (Keras
 ``fit``, a compiled custom step) a failed collective reaches the script as TensorFlow's
 ``UnknownError``; Horovod's ``run`` resets only when its message names a plain all-reduce,
-allgather or broadcast op, and for any other returns as if training had ended. Prague's
-averages are grouped all-reduces, and its waits run in the step's ``py_function``: here those
-reset too, and any other error propagates.
+allgather or broadcast op, and for any other ``UnknownError`` returns as if training had
+ended. Prague's averages are grouped all-reduces, and its waits run in the step's
+``py_function``: here those reset too, and any other error propagates.
 
     import horovod.tensorflow.keras as hvd
 
@@ -20,6 +20,7 @@ reset too, and any other error propagates.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -27,35 +28,42 @@ from horovod.common.elastic import run_fn
 from horovod.common.exceptions import HorovodInternalError
 from horovod.tensorflow.elastic import TensorFlowKerasState, TensorFlowState
 
+from ..common.binding import _process_set_dropped, _says_a_rank_is_gone
 from ..common.elastic import patch_horovod
 from .binding import binding
 
 __all__ = ["TensorFlowKerasState", "TensorFlowState", "run"]
 
-LOST_WORKER_SIGNS = (
-    "HorovodAllreduce",
-    "HorovodGroupedAllreduce",
-    "HorovodAllgather",
-    "HorovodBroadcast",
-    "HorovodInternalError",
-    "Horovod has been shut down",
-)
-"""What a TensorFlow error from a step says when a worker was lost: a Horovod op's name, or
-the error of a Prague wait that failed inside the step."""
+_HOROVOD_OP = re.compile(r"Horovod(Grouped)?(Allreduce|Allgather|Broadcast|Alltoall|Reducescatter)")
 
 
 def lost_worker(error: Exception) -> bool:
-    """Whether TensorFlow's ``error`` is a collective that failed because a worker was lost.
+    """Whether TensorFlow's ``error`` from a step is a worker lost to the job: an
+    ``UnknownError`` of a Horovod collective or of a Prague wait (a ``HorovodInternalError`` in
+    the step's ``py_function``), or a process set that a shut-down Horovod no longer has. A
+    wrong shape or type fails otherwise and is not one.
 
     >>> import tensorflow as tf
     >>> lost_worker(tf.errors.UnknownError(None, None, "Graph execution error: ... "
     ...     "HorovodInternalError: ConnectionError: rank 1: the Prague Group Generator ..."))
     True
+    >>> lost_worker(tf.errors.UnknownError(None, None, "... [Op:HorovodGroupedAllreduce]"))
+    True
     >>> lost_worker(tf.errors.UnknownError(None, None, "Graph execution error: NaN in loss"))
     False
+    >>> lost_worker(tf.errors.FailedPreconditionError(None, None, "HorovodAllreduce: Mismatched"))
+    False
     """
+    import tensorflow as tf
+
     message = getattr(error, "message", str(error))
-    return any(sign in message for sign in LOST_WORKER_SIGNS)
+    if isinstance(error, tf.errors.UnknownError):
+        return (
+            bool(_HOROVOD_OP.search(message))
+            or _says_a_rank_is_gone(error)
+            or ("HorovodInternalError" in message)
+        )
+    return isinstance(error, tf.errors.InvalidArgumentError) and _process_set_dropped(error)
 
 
 def run(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,7 +74,7 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
     def step_errors_reset(state: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return func(state, *args, **kwargs)
-        except tf.errors.OpError as e:
+        except (tf.errors.UnknownError, tf.errors.InvalidArgumentError) as e:
             if lost_worker(e):
                 raise HorovodInternalError(e) from e
             raise
@@ -75,4 +83,6 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _reset = binding.reset
-patch_horovod("horovod.tensorflow.elastic")  # Keras's: by horovod_prague.keras, or on import
+# Keras's elastic module binds TensorFlow's ``run`` when imported: the drop-in points it at
+# ours on import, and ``horovod_prague.keras`` does so when imported itself.
+patch_horovod("horovod.tensorflow.elastic")

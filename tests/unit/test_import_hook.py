@@ -91,7 +91,7 @@ def test_elastic_resets_and_commits_go_through_prague(drop_in):
 
 
 @pytest.mark.parametrize("drop_in", [True, False], ids=["drop-in", "explicit"])
-def test_keras_elastic_run_resets_on_a_step_that_lost_a_worker(drop_in):
+def test_keras_elastic_run_is_pragues(drop_in):
     """Keras's ``hvd.elastic.run`` is Prague's, which resets where Horovod's returned as if
     training had ended: a grouped all-reduce or a Prague wait that failed inside ``fit``."""
     module = "horovod.tensorflow.keras" if drop_in else "horovod_prague.keras"

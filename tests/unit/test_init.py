@@ -264,3 +264,55 @@ def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error
         _topology_after_init(hvd)
     hvd = types.SimpleNamespace(size=lambda: 6, local_size=lambda: 3)
     assert _topology_after_init(hvd) == Topology(6, 3)
+
+
+def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
+    """``hvd.init(process_sets="dynamic")`` on hosts of 4 and 2 ranks under ``horovodrun
+    --prague`` (MPI: ``HOROVOD_PRAGUE_NODES``): the sets added after ``init`` follow the
+    announced layout, on every rank alike. Before, a rank of the host of 4 derived the layout
+    from its own host's size and stopped with "the launcher did not say how many each"."""
+    from horovod_prague.common import runtime as runtime_module
+    from horovod_prague.common.config import PragueConfig
+    from horovod_prague.common.topology import NODES_VAR
+
+    for key in ("HOROVOD_ELASTIC", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    env = {
+        NODES_VAR: "4,2",
+        "OMPI_COMM_WORLD_SIZE": "6",
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    class StandInHorovod:
+        ProcessSet = None
+        added: list[list[int]] = []
+
+        def is_initialized(self):
+            return False
+
+        def init(self, **kwargs):
+            assert kwargs["process_sets"] == "dynamic"
+
+        def rank(self):
+            return 1
+
+        def size(self):
+            return 6
+
+        def local_size(self):
+            return 4
+
+        def add_process_set(self, ranks):
+            self.added.append(ranks)
+            return types.SimpleNamespace(ranks=ranks)
+
+    hvd = StandInHorovod()
+    runtime = runtime_module.initialize(
+        hvd, PragueConfig(strategy="static"), {"process_sets": "dynamic"}
+    )
+    assert runtime.topology == Topology.of_nodes([4, 2])
+    assert hvd.added and all(len(ranks) >= 2 for ranks in hvd.added)

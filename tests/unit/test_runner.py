@@ -110,7 +110,10 @@ def test_the_variable_alone_switches_prague_on_and_flags_add_to_it():
     ("argv", "nodes"),
     [
         (["-np", "6", "-H", "h1:4,h2:2", "--prague"], "4,2"),
-        (["-np", "6", "-H", "h1:4,h2:4", "--prague"], "4,2"),  # slots filled in turn
+        (["-np", "6", "-H", "h1:4,h2:4", "--prague"], "4,2"),  # mpirun -map-by slot
+        (["-np", "2", "-H", "h1:0,h2:1,h3:1", "--prague"], "1,1"),
+        (["-np", "6", "-H", "h1:4,h2:2", "--gloo", "--prague"], None),  # the store tells
+        (["-np", "6", "-H", "h1:4,h2:x", "--prague"], None),  # horovodrun refuses it
         (["-np", "4", "-H", "h1:4,h2:4", "--prague"], None),  # one host: its own variables
         (["-np", "6", "-H", "h1:4,h2:2"], None),  # stock Horovod
         (["-np", "6", "-H", "h1:4,h2:2", "--min-np", "2", "--prague"], None),  # elastic
@@ -120,6 +123,7 @@ def test_the_ranks_on_each_host_reach_the_workers(argv, nodes):
     """Under MPI no Gloo store tells a rank the other hosts' ranks before ``init``."""
     parser = _parser()
     parser.add_argument("--min-np", dest="min_num_proc", type=int)
+    parser.add_argument("--gloo", dest="use_gloo", action="store_true")
     args = parser.parse_args(argv)
     runner.check_args(parser, args, {})
     env = {}
