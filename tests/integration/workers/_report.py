@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import itertools
 import json
 import os
@@ -18,6 +19,13 @@ def launcher_rank() -> int:
         if key in os.environ:
             return int(os.environ[key])
     raise RuntimeError("not started by horovodrun or mpirun")
+
+
+def prague_stats(hvd: Any) -> dict[str, int]:
+    """This rank's ``exchange_stats()`` when the drop-in replaced Horovod's ``hvd`` (under
+    ``--prague``), from the Prague package that stands in for it; ``{}`` under stock Horovod."""
+    target = getattr(hvd.init, "__prague_target__", None)
+    return importlib.import_module(target).exchange_stats() if target else {}
 
 
 def report(data: dict[str, Any], rank: int | None = None) -> None:

@@ -26,7 +26,7 @@ import time
 
 import horovod.torch as hvd
 import torch
-from _report import digest, report
+from _report import digest, prague_stats, report
 
 STEPS = int(os.environ.get("PRAGUE_ELASTIC_STEPS", "40"))
 MAX_STEPS = 4000
@@ -109,11 +109,7 @@ def main() -> None:
 
     train(state)
     loss = hvd.allreduce(torch.nn.functional.cross_entropy(model(x), y), name="final_loss")
-    stats = {}  # this world's, under the flag
-    if hasattr(hvd.init, "__prague_target__"):
-        import horovod_prague.torch
-
-        stats = horovod_prague.torch.exchange_stats()
+    stats = prague_stats(hvd)  # this world's, under the flag
     report(
         {
             "host": host,

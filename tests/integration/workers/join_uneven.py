@@ -11,7 +11,7 @@ from __future__ import annotations
 import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
-from _report import digest, report
+from _report import digest, prague_stats, report
 
 BATCH = 8
 EPOCHS = 2
@@ -53,11 +53,7 @@ def main() -> None:
         if hvd.rank() == 0:
             print(f"epoch {epoch}: loss {loss:.4f}", flush=True)
 
-    stats = {}
-    if hasattr(hvd.init, "__prague_target__"):
-        import horovod_prague.torch
-
-        stats = horovod_prague.torch.exchange_stats()
+    stats = prague_stats(hvd)
     report({"steps": steps, "joined": joined, "after_join": after_join, "stats": stats})
 
 

@@ -14,7 +14,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Horovod 0.28 needs tf-keras
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np
 import tensorflow as tf
-from _report import digest, report
+from _report import digest, prague_stats, report
 
 BATCH = 8
 EPOCHS = 2
@@ -58,11 +58,7 @@ def main() -> None:
         if hvd.rank() == 0:
             print(f"epoch {epoch}: loss {float(loss):.4f}", flush=True)
 
-    stats = {}
-    if hasattr(hvd.init, "__prague_target__"):
-        import horovod_prague.tensorflow
-
-        stats = horovod_prague.tensorflow.exchange_stats()
+    stats = prague_stats(hvd)
     report({"steps": steps, "joined": joined, "after_join": after_join, "stats": stats})
 
 
