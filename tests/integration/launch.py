@@ -124,6 +124,18 @@ def run_ranks(script: str, tmp_path: Path, timeout: float = 240, **options: Any)
     return start_ranks(script, tmp_path, **options).wait(timeout)
 
 
+def discovery_script(tmp_path: Path, hosts: str) -> tuple[Path, Path]:
+    """A host discovery script for ``horovodrun --host-discovery-script`` that prints the
+    file it returns first, which holds ``hosts`` (``h1:2,h2:2``) one per line until rewritten:
+    (hosts file, script)."""
+    listed = tmp_path / "hosts"
+    listed.write_text(hosts.replace(",", "\n") + "\n")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {listed}\n")
+    script.chmod(0o755)
+    return listed, script
+
+
 def _kept_log(tmp_path: Path) -> Path:
     """A file for a job's whole output: under ``PRAGUE_TEST_LOGS`` when set (CI keeps it
     there), else in the test's temporary directory."""

@@ -9,7 +9,7 @@ other host's ranks.
 from __future__ import annotations
 
 import pytest
-from launch import BIN, run_ranks
+from launch import BIN, discovery_script, run_ranks
 
 pytestmark = pytest.mark.multirank
 
@@ -118,11 +118,7 @@ def _discovered_job(
 ):
     """A job on the hosts a discovery script prints: ``hosts_before``, then, from rank 0's
     step 10, ``hosts_after``."""
-    hosts = tmp_path / "hosts"
-    hosts.write_text(hosts_before.replace(",", "\n") + "\n")
-    discover = tmp_path / "discover.sh"
-    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    discover.chmod(0o755)
+    hosts, discover = discovery_script(tmp_path, hosts_before)
     return run_ranks(
         script,
         tmp_path,

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from launch import BIN, REPO, run_ranks, start_ranks
+from launch import BIN, REPO, discovery_script, run_ranks, start_ranks
 
 pytestmark = pytest.mark.multirank
 
@@ -307,13 +307,9 @@ def test_elastic_survivors_go_on_across_hosts(tmp_path, emulated_hosts, fault):
     10, or h2's first worker dies at step 12; h1's two ranks reset into a world of 2 (a new
     Group Generator and process sets) and end with one model."""
     hosts = emulated_hosts(2)
-    listed = tmp_path / "hosts"
-    listed.write_text("h1:2\nh2:2\n")
-    discover = tmp_path / "discover.sh"
-    discover.write_text(f"#!/bin/sh\ncat {listed}\n")
-    discover.chmod(0o755)
     horovodrun = [str(BIN / "horovodrun"), "--gloo", "-np", "4", "--min-np", "2"]
     if fault == "discovery":
+        listed, discover = discovery_script(tmp_path, "h1:2,h2:2")
         horovodrun += ["--max-np", "4", "--host-discovery-script", str(discover)]
         env = {
             "PRAGUE_HOSTS_FILE": str(listed),

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Horovod 0.28 needs tf-keras
 import horovod.tensorflow.keras as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _report import digest, report  # noqa: E402
+from _report import digest, prague_stats, report  # noqa: E402
 
 EPOCHS = 4
 BATCHES = 10
@@ -32,28 +32,30 @@ CHANGED_EPOCHS = 2
 
 
 class DieAt(tf.keras.callbacks.Callback):
-    """The fault: this worker exits at a batch of the first world."""
+    """The fault: this worker exits at a batch of the first world (``sizes``: the size of
+    each world this process trained in)."""
 
-    def __init__(self, state: hvd.elastic.KerasState, epoch: int, batch: int) -> None:
+    def __init__(self, state: hvd.elastic.KerasState, sizes: list[int], batch: int) -> None:
         super().__init__()
-        self.state, self.at = state, (epoch, batch)
-        self.first_world = True
+        self.state, self.sizes, self.at = state, sizes, (batch // BATCHES, batch % BATCHES)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        if self.first_world and (self.state.epoch, batch) == self.at:
+        if len(self.sizes) == 1 and (self.state.epoch, batch) == self.at:
             os._exit(17)
 
 
 class ChangeHosts(tf.keras.callbacks.Callback):
     """Rank 0 of the first world lists the new hosts for the discovery script at a batch."""
 
-    def __init__(self, state: hvd.elastic.KerasState, path: str, batch: int) -> None:
+    def __init__(
+        self, state: hvd.elastic.KerasState, sizes: list[int], path: str, batch: int
+    ) -> None:
         super().__init__()
-        self.state, self.path, self.at = state, path, (batch // BATCHES, batch % BATCHES)
-        self.first_world = True
+        self.state, self.sizes, self.path = state, sizes, path
+        self.at = (batch // BATCHES, batch % BATCHES)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        if self.first_world and hvd.rank() == 0 and (self.state.epoch, batch) == self.at:
+        if len(self.sizes) == 1 and hvd.rank() == 0 and (self.state.epoch, batch) == self.at:
             with open(self.path, "w") as f:
                 f.write(os.environ["PRAGUE_NEW_HOSTS"].replace(",", "\n") + "\n")
 
@@ -120,10 +122,10 @@ def main() -> None:
         model.fit(data(), steps_per_epoch=1, epochs=1, verbose=0)
 
     state.register_reset_callbacks([on_reset])
-    die = DieAt(state, kill_batch // BATCHES, kill_batch % BATCHES) if kill else None
+    die = DieAt(state, sizes, kill_batch) if kill else None
     change = None
     if hosts_file:
-        change = ChangeHosts(state, hosts_file, int(os.environ["PRAGUE_CHANGE_STEP"]))
+        change = ChangeHosts(state, sizes, hosts_file, int(os.environ["PRAGUE_CHANGE_STEP"]))
     callbacks = [
         hvd.elastic.UpdateEpochStateCallback(state),
         hvd.elastic.UpdateBatchStateCallback(state),
@@ -138,9 +140,6 @@ def main() -> None:
         first_epochs.append(int(state.epoch))
         if hvd.size() == new_size and not changed_at:
             changed_at.append(int(state.epoch))
-        for once in (die, change):
-            if once and len(sizes) > 1:
-                once.first_world = False
         try:
             model.fit(
                 data(),
@@ -155,11 +154,7 @@ def main() -> None:
 
     train(state)
     loss = hvd.allreduce(model.evaluate(x, y, verbose=0)[0], name="final_loss")
-    stats = {}  # this world's, under the flag
-    if hasattr(hvd.init, "__prague_target__"):
-        import horovod_prague.keras
-
-        stats = horovod_prague.keras.exchange_stats()
+    stats = prague_stats(hvd)  # this world's, under the flag
     report(
         {
             "host": host,
