@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import tensorflow as tf
 from horovod.common.elastic import run_fn
 from horovod.common.exceptions import HorovodInternalError
 from horovod.tensorflow.elastic import TensorFlowKerasState, TensorFlowState
@@ -43,7 +44,6 @@ def lost_worker(error: Exception) -> bool:
     the step's ``py_function``), or a process set that a shut-down Horovod no longer has. A
     wrong shape or type fails otherwise and is not one.
 
-    >>> import tensorflow as tf
     >>> lost_worker(tf.errors.UnknownError(None, None, "Graph execution error: ... "
     ...     "HorovodInternalError: ConnectionError: rank 1: the Prague Group Generator ..."))
     True
@@ -54,8 +54,6 @@ def lost_worker(error: Exception) -> bool:
     >>> lost_worker(tf.errors.FailedPreconditionError(None, None, "HorovodAllreduce: Mismatched"))
     False
     """
-    import tensorflow as tf
-
     message = getattr(error, "message", str(error))
     if isinstance(error, tf.errors.UnknownError):
         return (
@@ -68,7 +66,6 @@ def lost_worker(error: Exception) -> bool:
 
 def run(func: Callable[..., Any]) -> Callable[..., Any]:
     """``hvd.elastic.run``: ``func(state, ...)`` again from the last commit after a reset."""
-    import tensorflow as tf
 
     @functools.wraps(func)
     def step_errors_reset(state: Any, *args: Any, **kwargs: Any) -> Any:
