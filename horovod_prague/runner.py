@@ -170,7 +170,8 @@ def with_default_strategy(argv: list[str]) -> list[str]:
 
 def set_env(env: dict[str, str], args: argparse.Namespace) -> None:
     """Put the Prague options given on the command line into the workers' environment, and,
-    for an MPI job on several hosts, the ranks on each (``NODES_VAR``)."""
+    for an MPI job on several hosts, the ranks on each (``NODES_VAR``): with the flag or
+    without it, since a script may use the explicit API (stock Horovod never reads it)."""
     for name, value in given(args).items():
         env[ENV_PREFIX + name.upper()] = str(value)
     elastic = (
@@ -178,7 +179,7 @@ def set_env(env: dict[str, str], args: argparse.Namespace) -> None:
         or getattr(args, "host_discovery_script", None) is not None
     )
     # Under Gloo every rank reads the layout from the rendezvous store instead.
-    if env.get(ENV_PREFIX + "STRATEGY") and not elastic and not getattr(args, "use_gloo", False):
+    if not elastic and not getattr(args, "use_gloo", False):
         topology = _topology(args)
         if topology is not None and topology.cross_size > 1:
             env[NODES_VAR] = ",".join(map(str, topology.node_sizes))

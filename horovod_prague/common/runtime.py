@@ -30,7 +30,7 @@ from .group_generator import GroupGenerator, Owed
 from .process_sets import ProcessSetPool, collective_name
 from .protocol import new_token
 from .strategies import Group, GroupStrategy, make_strategy
-from .topology import Topology
+from .topology import NODES_VAR, Topology
 
 DYNAMIC_SETS_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
@@ -192,9 +192,13 @@ def initialize(
                 "hvd.add_process_set"
             )
         user_sets = "dynamic"
-        announced = None
+        announced = store_layout = None
     else:
-        announced = check_before_init(config.agreed(), config.timeout) or Topology.from_env()
+        store_layout = check_before_init(config.agreed(), config.timeout)
+        announced = store_layout or Topology.from_env()
+    # Only this host's size is known where neither horovodrun's host list nor its
+    # rendezvous store gave every host's (a launcher such as mpirun alone).
+    guessed = announced is not None and not os.environ.get(NODES_VAR) and not store_layout
     strategy = make_strategy(config, announced) if announced else None
     registered: list[Any] | None = None
     if user_sets == "dynamic":  # Horovod's dynamic process sets: Prague adds its sets after init
@@ -219,9 +223,16 @@ def initialize(
             horovod_kwargs["process_sets"] = [*user_sets, *new_sets]
         hvd.init(**horovod_kwargs)
     except ValueError as e:
+        hosts = (
+            " Or the hosts run different numbers of ranks and the launcher did not say how "
+            f"many each: this host runs {announced.local_size} of the job's {announced.size} "
+            "ranks; launch with horovodrun (-H or a host file), which tells every rank."
+            if guessed
+            else ""
+        )
         raise RuntimeError(
             f"{e} With Prague this is most often options that differ between ranks, so the "
-            f"ranks register different process sets. This rank: {_describe(config)}."
+            f"ranks register different process sets. This rank: {_describe(config)}.{hosts}"
         ) from e
     if strategy is None:
         strategy = make_strategy(config, announced or _topology_after_init(hvd))
@@ -237,10 +248,11 @@ def _topology_after_init(hvd: ModuleType) -> Topology:
     launcher placed them."""
     if elastic():
         return Topology(hvd.size(), hvd.size())
-    if hvd.size() % hvd.local_size():
+    if not hvd.is_homogeneous() or hvd.size() % hvd.local_size():
         raise RuntimeError(
-            f"this host runs {hvd.local_size()} of the job's {hvd.size()} ranks, so the hosts "
-            "run different numbers of ranks, and the launcher did not say how many each: "
+            f"this host runs {hvd.local_size()} of the job's {hvd.size()} ranks and the hosts "
+            "run different numbers of ranks (Horovod's is_homogeneous() is False on every "
+            "rank), and the launcher did not say how many each: "
             "launch with horovodrun (-H or a host file), which tells every rank, or give "
             "every host the same number of ranks"
         )

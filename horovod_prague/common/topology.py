@@ -21,8 +21,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 NODES_VAR = "HOROVOD_PRAGUE_NODES"
-"""Ranks on each host, in rank order (``4,2``), as ``horovodrun --prague`` places an MPI job on
-a fixed host list: how a rank learns the layout before ``init`` where no Gloo store tells it."""
+"""Ranks on each host, in rank order (``4,2``), as ``horovodrun`` places an MPI job on a fixed
+host list: how a rank learns the layout before ``init`` where no Gloo store tells it."""
 
 _RANK_KEYS = (
     ("HOROVOD_SIZE", "HOROVOD_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_LOCAL_RANK"),

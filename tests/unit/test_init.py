@@ -250,20 +250,72 @@ def test_under_elastic_groups_ignore_hosts_so_every_rank_derives_one_layout(monk
 
     monkeypatch.setenv("HOROVOD_ELASTIC", "1")
     for local_size in (2, 1):
-        hvd = types.SimpleNamespace(size=lambda: 3, local_size=lambda n=local_size: n)
+        hvd = types.SimpleNamespace(
+            size=lambda: 3, local_size=lambda n=local_size: n, is_homogeneous=lambda: False
+        )
         assert _topology_after_init(hvd) == Topology(3, 3)
 
 
-def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error(monkeypatch):
-    """``mpirun -H h1:4,h2:2`` without horovodrun: a rank of h1 sees 4 of 6 ranks."""
+@pytest.mark.parametrize("local_size", [4, 2])
+def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error(
+    monkeypatch, local_size
+):
+    """``mpirun -H h1:4,h2:2`` without horovodrun: a rank of h1 sees 4 of 6 ranks, one of h2
+    2 of 6, which would split evenly. Horovod's ``is_homogeneous()``, from every rank's size,
+    is False on both hosts, so every rank stops. Before, h2's ranks took 3 hosts of 2."""
     from horovod_prague.common.runtime import _topology_after_init
 
     monkeypatch.delenv("HOROVOD_ELASTIC", raising=False)
-    hvd = types.SimpleNamespace(size=lambda: 6, local_size=lambda: 4)
-    with pytest.raises(RuntimeError, match="runs 4 of the job's 6 ranks.*launch with horovodrun"):
+    hvd = types.SimpleNamespace(
+        size=lambda: 6, local_size=lambda: local_size, is_homogeneous=lambda: False
+    )
+    with pytest.raises(
+        RuntimeError, match=f"runs {local_size} of the job's 6 ranks.*launch with horovodrun"
+    ):
         _topology_after_init(hvd)
-    hvd = types.SimpleNamespace(size=lambda: 6, local_size=lambda: 3)
+    hvd = types.SimpleNamespace(size=lambda: 6, local_size=lambda: 3, is_homogeneous=lambda: True)
     assert _topology_after_init(hvd) == Topology(6, 3)
+
+
+@pytest.mark.parametrize("nodes", [None, "4,2"])
+def test_process_sets_refused_by_horovod_name_uneven_hosts_when_the_layout_was_a_guess(
+    monkeypatch, nodes
+):
+    """``mpirun -H h1:4,h2:2`` alone: a rank of h2 takes 3 hosts of 2 from its own host's
+    size and registers sets that h1's ranks do not, and Horovod's ``init`` refuses them.
+    Its error names the uneven hosts too; where horovodrun named every host's ranks, it
+    does not."""
+    from horovod_prague.common import runtime as runtime_module
+    from horovod_prague.common.config import PragueConfig
+    from horovod_prague.common.topology import NODES_VAR
+
+    for key in ("HOROVOD_ELASTIC", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_SIZE", NODES_VAR):
+        monkeypatch.delenv(key, raising=False)
+    env = {
+        "OMPI_COMM_WORLD_SIZE": "6",
+        "OMPI_COMM_WORLD_RANK": "4",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+    }
+    if nodes:
+        env[NODES_VAR] = nodes
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    class RefusingHorovod:
+        def ProcessSet(self, ranks):  # noqa: N802 (Horovod's name)
+            return types.SimpleNamespace(ranks=ranks)
+
+        def is_initialized(self):
+            return False
+
+        def init(self, **kwargs):
+            raise ValueError("Different ranks tried to set up mismatching numbers of process sets")
+
+    with pytest.raises(RuntimeError, match="mismatching numbers") as e:
+        runtime_module.initialize(RefusingHorovod(), PragueConfig(strategy="static"), {})
+    hint = "this host runs 2 of the job's 6 ranks; launch with horovodrun"
+    assert (hint in str(e.value)) == (nodes is None)
 
 
 def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
@@ -305,6 +357,9 @@ def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
 
         def local_size(self):
             return 4
+
+        def is_homogeneous(self):
+            return False
 
         def add_process_set(self, ranks):
             self.added.append(ranks)
