@@ -11,11 +11,13 @@ block, then averaged over seeds.
     python -m horovod_prague.bench --ranks 8 --scenarios persistent --systems allreduce,prague
     prague-bench --hosts 2x4 --link 1gbit --scenarios random   # across emulated hosts (root)
     prague-bench --fault 5@100 --systems allreduce,allreduce-poll,prague   # elastic, a rank lost
+    prague-bench --fault 5@100 --readmit-after 40    # ... and its host back 40 s later
 
 With ``--hosts HxS`` every job runs on H emulated hosts of S ranks each
 (``horovod_prague.bench.hosts``: network namespaces with sshd, launched through ssh as on a
 cluster), their links limited to ``--link`` in each direction. With ``--fault R@K`` every
-system runs under Horovod elastic and rank R dies at its step K (``bench.faults``).
+system runs under Horovod elastic and rank R dies at its step K (``bench.faults``); with
+``--readmit-after S`` its host comes back S seconds later.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class Plan:
     link: str | None = None
     fault: str | None = None
     commit_every: int = 25
+    readmit_after: int | None = None
 
 
 def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
@@ -163,6 +166,13 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     )
     ap.add_argument(
         "--commit-every", type=int, default=25, help="with --fault: steps between commits"
+    )
+    ap.add_argument(
+        "--readmit-after",
+        type=int,
+        metavar="S",
+        help="with --fault: the lost host comes back S seconds after the driver dropped it "
+        "(Horovod's --blacklist-cooldown-range S S), and its ranks join from the last commit",
     )
     a = ap.parse_args(argv)
     hosts = slots = None
@@ -244,9 +254,13 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
             ap.error(f"--fault {a.fault}: needs an even number of ranks, more than {killed}")
         if a.commit_every < 1:
             ap.error("--commit-every: must be at least 1")
+        if a.readmit_after is not None and not 1 <= a.readmit_after <= faults.MAX_READMIT_S:
+            ap.error(f"--readmit-after: seconds from 1 to {faults.MAX_READMIT_S} (Horovod's range)")
         systems = [faults.REFERENCE, *(s for s in systems if s != faults.REFERENCE)]
     elif faults.REFERENCE in systems:
         ap.error(f"--systems: {faults.REFERENCE} is --fault's reference")
+    elif a.readmit_after is not None:
+        ap.error("--readmit-after needs --fault: it brings back the host the fault dropped")
     plan = Plan(
         ranks=ranks,
         scenarios=scenarios,
@@ -267,6 +281,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         link=a.link,
         fault=a.fault,
         commit_every=a.commit_every,
+        readmit_after=a.readmit_after,
     )
     out = a.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
     return plan, out
@@ -351,6 +366,8 @@ def job_command(
     if plan.fault and job["system"] != faults.REFERENCE:
         command = [str(BINDIR / "horovodrun"), "-np", str(n), "--min-np", str(n // 2)]
         command += ["-H", faults.hosts(n), "--gloo", *flags]
+        if plan.readmit_after is not None:
+            command += ["--blacklist-cooldown-range", *[str(plan.readmit_after)] * 2]
         command += [sys.executable, "-m", "horovod_prague.bench.elastic_worker", *common]
         return command + ["--kill", plan.fault, "--commit-every", str(plan.commit_every)]
     spec = f"localhost:{n}" if hosts is None else hosts.host_spec(plan.slots)

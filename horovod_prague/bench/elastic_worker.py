@@ -10,8 +10,11 @@ more steps on the survivors and ends after the same samples as an undisturbed on
 
 The fault: rank ``R`` of the first world, at its step ``K`` (``--kill R@K``), writes the time
 to ``<out>.killed`` and exits. Horovod's elastic driver then drops its whole host; the
-survivors reset and go on from the last commit. Every rank notes when it ended its first
-step after each reset; rank 0 of the last world writes the job's result to ``--out``.
+survivors reset and go on from the last commit. Workers that the driver starts later (on a
+host it takes back) skip the first world's start (the broadcast and the barrier, which no
+other rank runs then), join from the last commit, the sample count to reach included, and
+never die: the fault happens once per job. Every rank notes when it ended its first step
+after each reset; rank 0 of the last world writes the job's result to ``--out``.
 
     horovodrun --gloo -np 8 --min-np 4 -H localhost:4,127.0.0.1:4 [--prague] \\
         python -m horovod_prague.bench.elastic_worker --kill 5@100 --out result.json
@@ -67,13 +70,18 @@ def main() -> None:
     a = ap.parse_args()
 
     data = mnist1d(None if a.data is None else Path(a.data))
-    trainer = FrameworkTrainer(data, a.params, a.lr, a.seed, a.batch)
+    killed = Path(a.out + ".killed")
+    joining = killed.exists()  # started after the fault: the others are in training already
+    trainer = FrameworkTrainer(data, a.params, a.lr, a.seed, a.batch, broadcast=not joining)
     trainer.poll_wait = a.poll_wait
     first_size, first_rank = trainer.size, trainer.rank
     factors = schedule(a.scenario, first_size, a.steps, a.seed).factors[first_rank]
     total = a.steps * first_size * a.batch
 
-    state = hvd.elastic.TorchState(model=trainer.model, optimizer=trainer.opt, samples=0)
+    kill = None if joining else a.kill
+    state = hvd.elastic.TorchState(
+        model=trainer.model, optimizer=trainer.opt, samples=0, total=total
+    )
 
     @hvd.elastic.run
     def train(state: hvd.elastic.TorchState) -> None:
@@ -86,10 +94,10 @@ def main() -> None:
 
     def steps(state: hvd.elastic.TorchState) -> None:
         batches = Batches(a.sampling, len(data["x"]), hvd.rank(), hvd.size(), a.seed)
-        while state.samples < total:
+        while state.samples < state.total:
             for _ in range(a.commit_every):
-                if a.kill and world.first and (first_rank, world.steps) == a.kill:
-                    Path(a.out + ".killed").write_text(json.dumps(time.time()))
+                if kill and world.first and (first_rank, world.steps) == kill:
+                    killed.write_text(json.dumps(time.time()))
                     os._exit(17)
                 time.sleep(a.compute_ms / 1000 * factors[world.steps % len(factors)])
                 trainer.step(batches.next(a.batch))
@@ -97,7 +105,8 @@ def main() -> None:
             state.samples += a.commit_every * hvd.size() * a.batch
             state.commit()
 
-    trainer.barrier()
+    if not joining:
+        trainer.barrier()
     world = World()
     train(state)
     trainer.end()

@@ -4,14 +4,17 @@ Every system runs ``bench.elastic_worker`` (a plain elastic PyTorch script) as
 ``horovodrun --gloo -np N --min-np N/2 -H localhost:N/2,127.0.0.1:N/2``: two hosts on this
 machine, as Horovod's own elastic tests make them. Rank ``R`` of the first world dies at its
 step ``K``; Horovod's elastic driver drops its host, and the survivors reset and train until
-the samples of an undisturbed run. Beside them in each block, ``undisturbed`` is stock
+the samples of an undisturbed run. With ``--readmit-after S`` the driver takes the host back
+S seconds later (its blacklist cool-down): new workers start there and join from the last
+commit, as a replaced machine would. Beside them in each block, ``undisturbed`` is stock
 All-Reduce with no fault and no elastic (``bench.worker``), the accuracy every system is
 compared with.
 
 Per system, over the seeds: every fault survived (the job ended, one model on every rank),
 the speed-up over the faster stock elastic All-Reduce of the block, the seconds from the kill
-to the survivors' next step (the latest survivor's), and accuracy after the same samples
-against ``undisturbed``.
+to the survivors' next step (the latest survivor's), accuracy after the same samples
+against ``undisturbed``, and the ranks of the last world (the first world's again when the
+lost host came back in time).
 
     >>> runs = [
     ...     {"seed": 0, "system": "undisturbed", "wall": 50.0, "final_accuracy": 0.80},
@@ -19,11 +22,12 @@ against ``undisturbed``.
     ...      "killed_at": 100.0, "worlds": [{"resumed": [130.0]}, {"resumed": [131.0]}],
     ...      "same_model_on_every_rank": True},
     ...     {"seed": 0, "system": "prague", "wall": 40.0, "final_accuracy": 0.81,
-    ...      "killed_at": 10.0, "worlds": [{"resumed": [25.0]}, {"resumed": [22.0]}],
-    ...      "same_model_on_every_rank": True},
+    ...      "killed_at": 10.0, "same_model_on_every_rank": True,
+    ...      "worlds": [{"resumed": [25.0, 30.0]}, {"resumed": [22.0, 30.0]}, {"resumed": []}]},
     ... ]
-    >>> [(r["system"], r["speedup"], r["recovery_s"], r["accuracy_delta"]) for r in summarize(runs)]
-    [('allreduce', 1.0, 31.0, -0.01), ('prague', 2.25, 15.0, 0.01)]
+    >>> [(r["system"], r["speedup"], r["recovery_s"], r["accuracy_delta"], r["last_world"])
+    ...  for r in summarize(runs)]
+    [('allreduce', 1.0, 31.0, -0.01, [2]), ('prague', 2.25, 15.0, 0.01, [3])]
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ REFERENCE = "undisturbed"
 """The block's All-Reduce run with no fault: the accuracy every system is compared with."""
 STOCK = ("allreduce", "allreduce-poll")
 """Stock Horovod elastic All-Reduce, spinning and not: speed-ups are to the faster."""
+MAX_READMIT_S = 3600
+"""The longest blacklist cool-down ``horovodrun`` accepts (``--blacklist-cooldown-range``)."""
 
 
 def parse_kill(spec: str) -> tuple[int, int]:
@@ -100,6 +106,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     if failed or reference is None
                     else r["final_accuracy"] - reference["final_accuracy"],
                     "wall": None if failed else r["wall"],
+                    "last_world": None if failed else len(r.get("worlds", [])) or None,
                 }
             )
     rows = []
@@ -118,6 +125,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "speedup": mean("speedup"),
                 "recovery_s": mean("recovery_s"),
                 "accuracy_delta": mean("accuracy_delta"),
+                "last_world": [s["last_world"] for s in seeds if s["last_world"] is not None],
             }
         )
     return rows
@@ -131,14 +139,15 @@ def markdown(rows: list[dict[str, Any]], labels: dict[str, str]) -> str:
 
     lines = [
         "| system | faults survived | wall (s) | speed-up over stock elastic | kill to next "
-        "step (s) | accuracy vs undisturbed (points) |",
-        "|---|---|---|---|---|---|",
+        "step (s) | accuracy vs undisturbed (points) | ranks at the end |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         delta = None if r["accuracy_delta"] is None else 100 * r["accuracy_delta"]
         lines.append(
             f"| {labels.get(r['system'], r['system'])} | {r['survived']} of {r['seeds']} "
             f"| {show(r['wall'], '.1f')} | {show(r['speedup'], '.2f')}x "
-            f"| {show(r['recovery_s'], '.1f')} | {show(delta, '+.2f')} |"
+            f"| {show(r['recovery_s'], '.1f')} | {show(delta, '+.2f')} "
+            f"| {', '.join(map(str, r['last_world'])) or '-'} |"
         )
     return "\n".join(lines)

@@ -30,8 +30,16 @@ class FrameworkTrainer(Trainer):
     prague_module = "horovod_prague.torch"
 
     def __init__(
-        self, data: dict[str, np.ndarray], params: int, lr: float, seed: int, batch: int
+        self,
+        data: dict[str, np.ndarray],
+        params: int,
+        lr: float,
+        seed: int,
+        batch: int,
+        broadcast: bool = True,
     ) -> None:
+        """``broadcast=False`` for a worker that joins a running elastic job: no other rank
+        broadcasts then, and the elastic state's sync gives it rank 0's model."""
         hvd.init()
         self.rank, self.size = hvd.rank(), hvd.size()
         torch.manual_seed(seed)
@@ -42,7 +50,8 @@ class FrameworkTrainer(Trainer):
         self.model = cnn(params)
         opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
         self.opt = hvd.DistributedOptimizer(opt, named_parameters=self.model.named_parameters())
-        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        if broadcast:
+            hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
         self.loss_fn = nn.CrossEntropyLoss()
         self.communicated = dict(self.model.named_parameters())["communicated"]
 

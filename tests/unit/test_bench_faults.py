@@ -18,6 +18,8 @@ def test_the_default_systems_leave_out_the_fault_reference():
     [
         (["--fault", "5@300"], "the kill comes after the run's 250 steps"),
         (["--fault", "1@10", "--ranks", "4,8"], "one rank count and one scenario per run"),
+        (["--readmit-after", "40"], "--readmit-after needs --fault"),
+        (["--fault", "5@100", "--readmit-after", "0"], "seconds from 1 to 3600"),
     ],
 )
 def test_fault_refuses_a_run_it_cannot_measure(argv, message, capsys):
@@ -39,3 +41,15 @@ def test_a_failed_reference_leaves_the_accuracy_unknown():
     ]
     (row,) = summarize(runs)
     assert row["accuracy_delta"] is None and row["survived"] == 1
+
+
+def test_a_readmitted_host_comes_back_through_horovods_blacklist_cool_down(tmp_path):
+    from horovod_prague.bench.cli import job_command
+
+    plan, _ = parse_args(["--fault", "5@100", "--readmit-after", "40"])
+    job = {"ranks": 8, "scenario": "random", "seed": 0, "system": "prague"}
+    command = job_command(job, plan, tmp_path / "data", tmp_path / "out")
+    at = command.index("--blacklist-cooldown-range")
+    assert command[at + 1 : at + 3] == ["40", "40"] and "--min-np" in command
+    plan, _ = parse_args(["--fault", "5@100"])
+    assert "--blacklist-cooldown-range" not in job_command(job, plan, tmp_path, tmp_path)
