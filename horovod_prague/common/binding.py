@@ -31,6 +31,10 @@ from .strategies import Group
 
 T = TypeVar("T")
 
+NAME_CYCLE = 3
+"""Collective names a group's averages take in turn (``Binding._occurrence``): a group has one
+average running at a time on a rank, so three tell its neighbours apart."""
+
 
 def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method``, whose errors that say a rank is gone also name the rank that most likely
@@ -461,13 +465,17 @@ class Binding(abc.ABC):
         """The collective name of ``group``'s next occurrence on this rank.
 
         Members run their shared groups in one order, so the k-th occurrence is the same
-        collective on each; numbering them keeps two occurrences in flight apart. The name
-        ends with a digest of the tensors' dtypes and shapes: members that would average
-        different tensors (a bug in how a script steps) wait on different names and time out
-        naming the group, instead of averaging unrelated values.
+        collective on each. The name carries k modulo ``NAME_CYCLE``: a member one or two
+        occurrences ahead of its partner (a bug in the order) waits on another name and
+        times out naming the group, while Horovod's response cache, which serves only a
+        name it has seen, skips the full negotiation of the rest. The name ends with a
+        digest of the tensors' dtypes and shapes: members that would average different
+        tensors (a bug in how a script steps) wait on different names and time out naming
+        the group, instead of averaging unrelated values.
         """
         self._occurrences[group] += 1
-        return f"{self.runtime().name(group)}.n{self._occurrences[group]}.{signature(values)}"
+        k = self._occurrences[group] % NAME_CYCLE
+        return f"{self.runtime().name(group)}.n{k}.{signature(values)}"
 
     def _run_owed(self, values: list[Any], owed: Owed) -> None:
         """Run what the Group Generator says this rank owes, in order, blocking.

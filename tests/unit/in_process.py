@@ -22,18 +22,23 @@ from horovod_prague.common.topology import Topology
 
 
 class Collectives:
-    """Every in-process rank's averages, matched by collective name."""
+    """Every in-process rank's averages, matched by collective name as Horovod matches them:
+    a rank's j-th collective of a name meets the others' j-th of it (a name is reused once
+    its collective is done)."""
 
     def __init__(self, timeout: float = 5.0) -> None:
         self.timeout = timeout
-        self.calls: dict[str, dict[int, list[np.ndarray]]] = {}
+        self.calls: dict[str, list[dict[int, list[np.ndarray]]]] = {}
         self.names: list[tuple[int, str]] = []
         self.cond = threading.Condition()
 
     def average(self, name: str, group: Group, rank: int, values: Sequence[np.ndarray]) -> None:
         with self.cond:
+            j = self.names.count((rank, name))
             self.names.append((rank, name))
-            sent = self.calls.setdefault(name, {})
+            occurrences = self.calls.setdefault(name, [])
+            occurrences.extend({} for _ in range(j + 1 - len(occurrences)))
+            sent = occurrences[j]
             sent[rank] = [v.copy() for v in values]
             self.cond.notify_all()
             if not self.cond.wait_for(lambda: len(sent) == len(group), self.timeout):
@@ -131,10 +136,13 @@ def random_generator(size: int, sync_every: int = 0) -> GroupGenerator:
 
 
 def run_ranks(
-    size: int, sync_every: int, script: Callable[[int, InProcessBinding], None]
+    size: int,
+    sync_every: int,
+    script: Callable[[int, InProcessBinding], None],
+    collectives: Collectives | None = None,
 ) -> GroupGenerator:
     gg = random_generator(size, sync_every)
-    collectives = Collectives()
+    collectives = collectives or Collectives()
     errors: list[BaseException] = []
 
     def rank_main(rank: int) -> None:

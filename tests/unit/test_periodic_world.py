@@ -163,3 +163,27 @@ def test_an_optimizer_sync_every_other_than_the_jobs_is_refused():
     b.check_sync_every(4)
     with pytest.raises(ValueError, match=r"sync_every=2 differs from the job's sync_every=4"):
         b.check_sync_every(2)
+
+
+def test_a_groups_averages_take_the_cycle_of_names_and_each_meets_its_own_partner():
+    """Issue 24, item 7: a name comes back every ``NAME_CYCLE`` averages, so Horovod's
+    response cache can serve it; neighbouring averages still differ in name, and each
+    average of a reused name pairs the members' values of that average, not an earlier."""
+    from horovod_prague.common.binding import NAME_CYCLE
+
+    models: dict[int, np.ndarray] = {}
+
+    def script(rank: int, b: InProcessBinding) -> None:
+        w = np.zeros(1)
+        for _ in range(2 * NAME_CYCLE + 1):
+            w += rank + 1  # each average: the mean moves by 1.5
+            b.average_model([w])
+        models[rank] = w
+
+    collectives = Collectives()
+    run_ranks(2, 0, script, collectives)
+    assert all(m[0] == 1.5 * (2 * NAME_CYCLE + 1) for m in models.values()), models
+    names = [name for rank, name in collectives.names if rank == 0]
+    assert len(names) == 2 * NAME_CYCLE + 1
+    assert all(a != b for a, b in zip(names, names[1:], strict=False))
+    assert names[:NAME_CYCLE] == names[NAME_CYCLE : 2 * NAME_CYCLE]
