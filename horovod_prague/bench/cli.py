@@ -180,7 +180,8 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         type=int,
         metavar="S",
         help="with --fault: the lost host comes back S seconds after the driver dropped it "
-        "(Horovod's --blacklist-cooldown-range S S), and its ranks join from the last commit",
+        "(Horovod's --blacklist-cooldown-range S S), and its new ranks join at the survivors' "
+        "next commit; take S longer than the survivors' recovery, which is then measured",
     )
     a = ap.parse_args(argv)
     hosts = slots = None

@@ -25,7 +25,7 @@ lost host came back in time).
     ...      "killed_at": 10.0, "same_model_on_every_rank": True,
     ...      "worlds": [{"resumed": [25.0, 30.0]}, {"resumed": [22.0, 30.0]}, {"resumed": []}]},
     ... ]
-    >>> [(r["system"], r["speedup"], r["recovery_s"], r["accuracy_delta"], r["last_world"])
+    >>> [(r["system"], r["speedup"], r["recovery_s"], r["accuracy_delta"], r["last_world_size"])
     ...  for r in summarize(runs)]
     [('allreduce', 1.0, 31.0, -0.01, [2]), ('prague', 2.25, 15.0, 0.01, [3])]
 """
@@ -106,7 +106,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     if failed or reference is None
                     else r["final_accuracy"] - reference["final_accuracy"],
                     "wall": None if failed else r["wall"],
-                    "last_world": None if failed else len(r.get("worlds", [])) or None,
+                    "last_world_size": None if failed else len(r.get("worlds", [])) or None,
                 }
             )
     rows = []
@@ -125,7 +125,9 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "speedup": mean("speedup"),
                 "recovery_s": mean("recovery_s"),
                 "accuracy_delta": mean("accuracy_delta"),
-                "last_world": [s["last_world"] for s in seeds if s["last_world"] is not None],
+                "last_world_size": [
+                    s["last_world_size"] for s in seeds if s["last_world_size"] is not None
+                ],
             }
         )
     return rows
@@ -148,6 +150,6 @@ def markdown(rows: list[dict[str, Any]], labels: dict[str, str]) -> str:
             f"| {labels.get(r['system'], r['system'])} | {r['survived']} of {r['seeds']} "
             f"| {show(r['wall'], '.1f')} | {show(r['speedup'], '.2f')}x "
             f"| {show(r['recovery_s'], '.1f')} | {show(delta, '+.2f')} "
-            f"| {', '.join(map(str, r['last_world'])) or '-'} |"
+            f"| {', '.join(map(str, r['last_world_size'])) or '-'} |"
         )
     return "\n".join(lines)

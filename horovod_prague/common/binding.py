@@ -31,9 +31,12 @@ from .strategies import Group
 
 T = TypeVar("T")
 
-NAME_CYCLE = 3
-"""Collective names a group's averages take in turn (``Binding._occurrence``): a group has one
-average running at a time on a rank, so three tell its neighbours apart."""
+NAME_CYCLE = 2
+"""Collective names a group's averages take in turn (``Binding._occurrence``). A group has one
+average running at a time on a rank, and its members cannot drift apart by more than one
+(the k-th needs every member), so two tell neighbours apart; Horovod's response cache holds
+an entry per tensor and name (1024 per process set by default): two names leave room for
+models of up to 512 tensors."""
 
 
 def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -465,8 +468,8 @@ class Binding(abc.ABC):
         """The collective name of ``group``'s next occurrence on this rank.
 
         Members run their shared groups in one order, so the k-th occurrence is the same
-        collective on each. The name carries k modulo ``NAME_CYCLE``: a member one or two
-        occurrences ahead of its partner (a bug in the order) waits on another name and
+        collective on each. The name carries k modulo ``NAME_CYCLE``: a member an
+        occurrence ahead of its partner (a bug in the order) waits on another name and
         times out naming the group, while Horovod's response cache, which serves only a
         name it has seen, skips the full negotiation of the rest. The name ends with a
         digest of the tensors' dtypes and shapes: members that would average different

@@ -198,7 +198,12 @@ def initialize(
         announced = store_layout or Topology.from_env()
     # Only this host's size is known where neither horovodrun's host list nor its
     # rendezvous store gave every host's (a launcher such as mpirun alone).
-    guessed = announced is not None and not os.environ.get(NODES_VAR) and not store_layout
+    guessed = (
+        announced is not None
+        and announced.cross_size > 1
+        and not os.environ.get(NODES_VAR)
+        and not store_layout
+    )
     strategy = make_strategy(config, announced) if announced else None
     registered: list[Any] | None = None
     if user_sets == "dynamic":  # Horovod's dynamic process sets: Prague adds its sets after init
@@ -223,20 +228,25 @@ def initialize(
             horovod_kwargs["process_sets"] = [*user_sets, *new_sets]
         hvd.init(**horovod_kwargs)
     except ValueError as e:
-        hosts = (
-            " Or the hosts run different numbers of ranks and the launcher did not say how "
-            f"many each: this host runs {announced.local_size} of the job's {announced.size} "
-            "ranks; launch with horovodrun (-H or a host file), which tells every rank."
-            if guessed
-            else ""
-        )
+        hosts = f" Or {_uneven_hosts(announced.local_size, announced.size)}." if guessed else ""
         raise RuntimeError(
             f"{e} With Prague this is most often options that differ between ranks, so the "
             f"ranks register different process sets. This rank: {_describe(config)}.{hosts}"
         ) from e
+    if guessed and not hvd.is_homogeneous():  # dynamic sets: Horovod's init accepted them
+        raise RuntimeError(_uneven_hosts(hvd.local_size(), hvd.size()))
     if strategy is None:
         strategy = make_strategy(config, announced or _topology_after_init(hvd))
     return PragueRuntime(hvd, config, strategy, registered)
+
+
+def _uneven_hosts(local_size: int, size: int) -> str:
+    return (
+        "the hosts run different numbers of ranks, and the launcher did not say how many "
+        f"each (this host runs {local_size} of the job's {size} ranks): launch with horovodrun "
+        "(-H or a host file), which tells every rank, or give every host the same number of "
+        "ranks"
+    )
 
 
 def _topology_after_init(hvd: ModuleType) -> Topology:
@@ -249,13 +259,7 @@ def _topology_after_init(hvd: ModuleType) -> Topology:
     if elastic():
         return Topology(hvd.size(), hvd.size())
     if not hvd.is_homogeneous() or hvd.size() % hvd.local_size():
-        raise RuntimeError(
-            f"this host runs {hvd.local_size()} of the job's {hvd.size()} ranks and the hosts "
-            "run different numbers of ranks (Horovod's is_homogeneous() is False on every "
-            "rank), and the launcher did not say how many each: "
-            "launch with horovodrun (-H or a host file), which tells every rank, or give "
-            "every host the same number of ranks"
-        )
+        raise RuntimeError(_uneven_hosts(hvd.local_size(), hvd.size()))
     return Topology(hvd.size(), hvd.local_size())
 
 

@@ -53,3 +53,16 @@ def test_a_readmitted_host_comes_back_through_horovods_blacklist_cool_down(tmp_p
     assert command[at + 1 : at + 3] == ["40", "40"] and "--min-np" in command
     plan, _ = parse_args(["--fault", "5@100"])
     assert "--blacklist-cooldown-range" not in job_command(job, plan, tmp_path, tmp_path)
+
+
+def test_the_table_gives_the_ranks_of_each_runs_last_world():
+    from horovod_prague.bench.faults import markdown
+
+    run = {"wall": 9.0, "final_accuracy": 0.8, "same_model_on_every_rank": True}
+    runs = [
+        {"seed": 0, "system": "allreduce", **run, "worlds": [{"resumed": [1.0]}] * 4},
+        {"seed": 1, "system": "allreduce", **run, "worlds": [{"resumed": [1.0]}] * 8},
+    ]
+    (row,) = summarize(runs)
+    assert row["last_world_size"] == [4, 8]
+    assert markdown([row], {}).splitlines()[-1].endswith("| 4, 8 |")

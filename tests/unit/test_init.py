@@ -277,6 +277,47 @@ def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error
     assert _topology_after_init(hvd) == Topology(6, 3)
 
 
+class RefusingHorovod:
+    """Horovod whose ``init`` fails as 0.28.1's does when ranks register different process
+    sets (the cause, "mismatching numbers of process sets", goes to its log)."""
+
+    def __init__(self, homogeneous: bool = False, local_size: int = 2) -> None:
+        self.homogeneous, self.local = homogeneous, local_size
+
+    def ProcessSet(self, ranks):  # noqa: N802 (Horovod's name)
+        return types.SimpleNamespace(ranks=ranks)
+
+    def is_initialized(self):
+        return False
+
+    def init(self, **kwargs):
+        if kwargs["process_sets"] != "dynamic":
+            raise ValueError("Horovod initialization failed. Please check log messages above.")
+
+    def is_homogeneous(self):
+        return self.homogeneous
+
+    def size(self):
+        return 6
+
+    def local_size(self):
+        return self.local
+
+
+def _launched_by_mpirun(monkeypatch, size: int, rank: int, local_size: int, local_rank: int):
+    from horovod_prague.common.topology import NODES_VAR
+
+    for key in ("HOROVOD_ELASTIC", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_SIZE", NODES_VAR):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in {
+        "OMPI_COMM_WORLD_SIZE": size,
+        "OMPI_COMM_WORLD_RANK": rank,
+        "OMPI_COMM_WORLD_LOCAL_SIZE": local_size,
+        "OMPI_COMM_WORLD_LOCAL_RANK": local_rank,
+    }.items():
+        monkeypatch.setenv(key, str(value))
+
+
 @pytest.mark.parametrize("nodes", [None, "4,2"])
 def test_process_sets_refused_by_horovod_name_uneven_hosts_when_the_layout_was_a_guess(
     monkeypatch, nodes
@@ -289,33 +330,37 @@ def test_process_sets_refused_by_horovod_name_uneven_hosts_when_the_layout_was_a
     from horovod_prague.common.config import PragueConfig
     from horovod_prague.common.topology import NODES_VAR
 
-    for key in ("HOROVOD_ELASTIC", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_SIZE", NODES_VAR):
-        monkeypatch.delenv(key, raising=False)
-    env = {
-        "OMPI_COMM_WORLD_SIZE": "6",
-        "OMPI_COMM_WORLD_RANK": "4",
-        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-    }
+    _launched_by_mpirun(monkeypatch, 6, 4, 2, 0)
     if nodes:
-        env[NODES_VAR] = nodes
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-
-    class RefusingHorovod:
-        def ProcessSet(self, ranks):  # noqa: N802 (Horovod's name)
-            return types.SimpleNamespace(ranks=ranks)
-
-        def is_initialized(self):
-            return False
-
-        def init(self, **kwargs):
-            raise ValueError("Different ranks tried to set up mismatching numbers of process sets")
-
-    with pytest.raises(RuntimeError, match="mismatching numbers") as e:
+        monkeypatch.setenv(NODES_VAR, nodes)
+    with pytest.raises(RuntimeError, match="Horovod initialization failed") as e:
         runtime_module.initialize(RefusingHorovod(), PragueConfig(strategy="static"), {})
-    hint = "this host runs 2 of the job's 6 ranks; launch with horovodrun"
+    hint = "this host runs 2 of the job's 6 ranks): launch with horovodrun"
     assert (hint in str(e.value)) == (nodes is None)
+
+
+def test_a_refusal_on_one_host_says_nothing_of_hosts(monkeypatch):
+    from horovod_prague.common import runtime as runtime_module
+    from horovod_prague.common.config import PragueConfig
+
+    _launched_by_mpirun(monkeypatch, 4, 1, 4, 1)
+    with pytest.raises(RuntimeError, match="Horovod initialization failed") as e:
+        runtime_module.initialize(RefusingHorovod(), PragueConfig(strategy="static"), {})
+    assert "host" not in str(e.value)
+
+
+def test_dynamic_process_sets_on_uneven_hosts_without_a_host_list_stop_every_rank(monkeypatch):
+    """``mpirun -H h1:4,h2:2`` alone with ``hvd.init(process_sets="dynamic")``: Horovod's
+    ``init`` accepts it, and a rank of h2, whose 2 ranks divide the job's 6, would add sets for
+    3 hosts of 2 while h1's ranks stop; ``is_homogeneous()`` stops it too."""
+    from horovod_prague.common import runtime as runtime_module
+    from horovod_prague.common.config import PragueConfig
+
+    _launched_by_mpirun(monkeypatch, 6, 4, 2, 0)
+    with pytest.raises(RuntimeError, match="runs 2 of the job's 6 ranks.*launch with horovodrun"):
+        runtime_module.initialize(
+            RefusingHorovod(), PragueConfig(strategy="static"), {"process_sets": "dynamic"}
+        )
 
 
 def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
