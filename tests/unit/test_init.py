@@ -372,24 +372,11 @@ def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
     from horovod_prague.common.config import PragueConfig
     from horovod_prague.common.topology import NODES_VAR
 
-    for key in ("HOROVOD_ELASTIC", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_SIZE"):
-        monkeypatch.delenv(key, raising=False)
-    env = {
-        NODES_VAR: "4,2",
-        "OMPI_COMM_WORLD_SIZE": "6",
-        "OMPI_COMM_WORLD_RANK": "1",
-        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
-        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+    _launched_by_mpirun(monkeypatch, 6, 1, 4, 1)
+    monkeypatch.setenv(NODES_VAR, "4,2")
 
-    class StandInHorovod:
-        ProcessSet = None
+    class StandInHorovod(RefusingHorovod):
         added: list[list[int]] = []
-
-        def is_initialized(self):
-            return False
 
         def init(self, **kwargs):
             assert kwargs["process_sets"] == "dynamic"
@@ -397,20 +384,11 @@ def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
         def rank(self):
             return 1
 
-        def size(self):
-            return 6
-
-        def local_size(self):
-            return 4
-
-        def is_homogeneous(self):
-            return False
-
         def add_process_set(self, ranks):
             self.added.append(ranks)
             return types.SimpleNamespace(ranks=ranks)
 
-    hvd = StandInHorovod()
+    hvd = StandInHorovod(local_size=4)
     runtime = runtime_module.initialize(
         hvd, PragueConfig(strategy="static"), {"process_sets": "dynamic"}
     )
