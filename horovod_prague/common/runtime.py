@@ -197,13 +197,9 @@ def initialize(
         store_layout = check_before_init(config.agreed(), config.timeout)
         announced = store_layout or Topology.from_env()
     # Only this host's size is known where neither horovodrun's host list nor its
-    # rendezvous store gave every host's (a launcher such as mpirun alone).
-    guessed = (
-        announced is not None
-        and announced.cross_size > 1
-        and not os.environ.get(NODES_VAR)
-        and not store_layout
-    )
+    # rendezvous store gave every host's (a launcher such as mpirun alone): hosts are then
+    # taken to be of this one's size, which Horovod's init confirms or refutes.
+    guessed = not elastic() and not store_layout and not os.environ.get(NODES_VAR)
     strategy = make_strategy(config, announced) if announced else None
     registered: list[Any] | None = None
     if user_sets == "dynamic":  # Horovod's dynamic process sets: Prague adds its sets after init
@@ -228,13 +224,16 @@ def initialize(
             horovod_kwargs["process_sets"] = [*user_sets, *new_sets]
         hvd.init(**horovod_kwargs)
     except ValueError as e:
-        hosts = f" Or {_uneven_hosts(announced.local_size, announced.size)}." if guessed else ""
+        across_hosts = guessed and announced is not None and announced.cross_size > 1
+        hosts = (
+            f" Or {_uneven_hosts(announced.local_size, announced.size)}." if across_hosts else ""
+        )
         raise RuntimeError(
             f"{e} With Prague this is most often options that differ between ranks, so the "
             f"ranks register different process sets. This rank: {_describe(config)}.{hosts}"
         ) from e
-    if guessed and not hvd.is_homogeneous():  # dynamic sets: Horovod's init accepted them
-        raise RuntimeError(_uneven_hosts(hvd.local_size(), hvd.size()))
+    if guessed:
+        _require_even_hosts(hvd)
     if strategy is None:
         strategy = make_strategy(config, announced or _topology_after_init(hvd))
     return PragueRuntime(hvd, config, strategy, registered)
@@ -249,17 +248,23 @@ def _uneven_hosts(local_size: int, size: int) -> str:
     )
 
 
+def _require_even_hosts(hvd: ModuleType) -> None:
+    """Stop every rank where the hosts hold different numbers of ranks and no launcher said
+    how many each: a rank's own host size would give it a layout its partners do not share.
+    Horovod's ``is_homogeneous()`` comes from every rank's local size, so all ranks agree."""
+    if not hvd.is_homogeneous() or hvd.size() % hvd.local_size():
+        raise RuntimeError(_uneven_hosts(hvd.local_size(), hvd.size()))
+
+
 def _topology_after_init(hvd: ModuleType) -> Topology:
     """The layout for process sets added after ``init``, which every rank must derive alike.
 
     Under elastic a world's hosts may hold different numbers of ranks, which no rank can see
     without a collective (and TensorFlow's runtime must stay unstarted in ``init``): the
-    groups are drawn as on one node, ignoring hosts. Otherwise nodes of equal size, as the
-    launcher placed them."""
+    groups are drawn as on one node, ignoring hosts. Otherwise nodes of equal size, which
+    ``initialize`` checked."""
     if elastic():
         return Topology(hvd.size(), hvd.size())
-    if not hvd.is_homogeneous() or hvd.size() % hvd.local_size():
-        raise RuntimeError(_uneven_hosts(hvd.local_size(), hvd.size()))
     return Topology(hvd.size(), hvd.local_size())
 
 

@@ -256,27 +256,6 @@ def test_under_elastic_groups_ignore_hosts_so_every_rank_derives_one_layout(monk
         assert _topology_after_init(hvd) == Topology(3, 3)
 
 
-@pytest.mark.parametrize("local_size", [4, 2])
-def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error(
-    monkeypatch, local_size
-):
-    """``mpirun -H h1:4,h2:2`` without horovodrun: a rank of h1 sees 4 of 6 ranks, one of h2
-    2 of 6, which would split evenly. Horovod's ``is_homogeneous()``, from every rank's size,
-    is False on both hosts, so every rank stops. Before, h2's ranks took 3 hosts of 2."""
-    from horovod_prague.common.runtime import _topology_after_init
-
-    monkeypatch.delenv("HOROVOD_ELASTIC", raising=False)
-    hvd = types.SimpleNamespace(
-        size=lambda: 6, local_size=lambda: local_size, is_homogeneous=lambda: False
-    )
-    with pytest.raises(
-        RuntimeError, match=f"runs {local_size} of the job's 6 ranks.*launch with horovodrun"
-    ):
-        _topology_after_init(hvd)
-    hvd = types.SimpleNamespace(size=lambda: 6, local_size=lambda: 3, is_homogeneous=lambda: True)
-    assert _topology_after_init(hvd) == Topology(6, 3)
-
-
 class RefusingHorovod:
     """Horovod whose ``init`` fails as 0.28.1's does when ranks register different process
     sets (the cause, "mismatching numbers of process sets", goes to its log)."""
@@ -302,6 +281,24 @@ class RefusingHorovod:
 
     def local_size(self):
         return self.local
+
+
+class AcceptingHorovod(RefusingHorovod):
+    """Horovod whose ``init`` takes whatever sets it is given."""
+
+    def __init__(self, homogeneous: bool = False, local_size: int = 2) -> None:
+        super().__init__(homogeneous, local_size)
+        self.added: list[list[int]] = []
+
+    def init(self, **kwargs):
+        pass
+
+    def rank(self):
+        return 1
+
+    def add_process_set(self, ranks):
+        self.added.append(ranks)
+        return types.SimpleNamespace(ranks=ranks)
 
 
 def _launched_by_mpirun(monkeypatch, size: int, rank: int, local_size: int, local_rank: int):
@@ -375,22 +372,36 @@ def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
     _launched_by_mpirun(monkeypatch, 6, 1, 4, 1)
     monkeypatch.setenv(NODES_VAR, "4,2")
 
-    class StandInHorovod(RefusingHorovod):
-        added: list[list[int]] = []
-
-        def init(self, **kwargs):
-            assert kwargs["process_sets"] == "dynamic"
-
-        def rank(self):
-            return 1
-
-        def add_process_set(self, ranks):
-            self.added.append(ranks)
-            return types.SimpleNamespace(ranks=ranks)
-
-    hvd = StandInHorovod(local_size=4)
+    hvd = AcceptingHorovod(local_size=4)
     runtime = runtime_module.initialize(
         hvd, PragueConfig(strategy="static"), {"process_sets": "dynamic"}
     )
     assert runtime.topology == Topology.of_nodes([4, 2])
     assert hvd.added and all(len(ranks) >= 2 for ranks in hvd.added)
+
+
+@pytest.mark.filterwarnings("ignore:the launcher did not announce")  # 6 ranks, a host of 4
+@pytest.mark.parametrize("local_size", [4, 2])
+def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error(
+    monkeypatch, local_size
+):
+    """``mpirun -H h1:4,h2:2`` without horovodrun: a rank of h1 sees 4 of 6 ranks, one of h2
+    2 of 6, which would split evenly. Horovod's ``is_homogeneous()``, from every rank's size,
+    is False on both hosts, so every rank stops, whether Horovod's ``init`` took its sets or
+    not. Before, h2's ranks took 3 hosts of 2."""
+    from horovod_prague.common import runtime as runtime_module
+    from horovod_prague.common.config import PragueConfig
+
+    for sets in ({}, {"process_sets": "dynamic"}):
+        _launched_by_mpirun(monkeypatch, 6, 1, local_size, 1)
+        with pytest.raises(
+            RuntimeError, match=f"runs {local_size} of the job's 6 ranks.*launch with horovodrun"
+        ):
+            runtime_module.initialize(
+                AcceptingHorovod(local_size=local_size), PragueConfig(strategy="static"), sets
+            )
+    _launched_by_mpirun(monkeypatch, 6, 1, 3, 1)
+    even = runtime_module.initialize(
+        AcceptingHorovod(homogeneous=True, local_size=3), PragueConfig(strategy="static"), {}
+    )
+    assert even.topology == Topology(6, 3)
