@@ -11,8 +11,9 @@ stock and Prague.
     .venv/bin/python benchmarks/elastic_recovery.py --gloo-timeout 10   # survivors notice sooner
 
 A survivor notices a lost worker when a collective with it fails: at once when the worker's
-connection closes, or after Horovod's Gloo time-out (``HOROVOD_GLOO_TIMEOUT_SECONDS``) when the
-survivor waits to receive from it.
+connection closes, or when a peer that noticed first resets its connections (``patches/0014``);
+before that patch, a survivor waiting on such a peer noticed only at Horovod's Gloo time-out
+(``HOROVOD_GLOO_TIMEOUT_SECONDS``).
 """
 
 from __future__ import annotations
