@@ -252,8 +252,15 @@ def _require_even_hosts(hvd: ModuleType) -> None:
     """Stop every rank where the hosts hold different numbers of ranks and no launcher said
     how many each: a rank's own host size would give it a layout its partners do not share.
     Horovod's ``is_homogeneous()`` comes from every rank's local size, so all ranks agree."""
-    if not hvd.is_homogeneous() or hvd.size() % hvd.local_size():
+    if not _is_homogeneous(hvd) or hvd.size() % hvd.local_size():
         raise RuntimeError(_uneven_hosts(hvd.local_size(), hvd.size()))
+
+
+def _is_homogeneous(hvd: ModuleType) -> bool:
+    """Horovod's ``is_homogeneous()``, which its framework modules (``horovod.torch``,
+    ``horovod.tensorflow``) do not re-export: it lives on their ``mpi_ops._basics``."""
+    own = getattr(hvd, "is_homogeneous", None)
+    return bool(own() if own is not None else hvd.mpi_ops._basics.is_homogeneous())
 
 
 def _topology_after_init(hvd: ModuleType) -> Topology:

@@ -405,3 +405,31 @@ def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error
         AcceptingHorovod(homogeneous=True, local_size=3), PragueConfig(strategy="static"), {}
     )
     assert even.topology == Topology(6, 3)
+
+
+def test_the_homogeneity_check_reads_horovod_torch_where_it_keeps_it(monkeypatch):
+    """``horovod.torch`` does not re-export ``is_homogeneous`` (``horovod.tensorflow``
+    does); it lives on the module's ``mpi_ops._basics``. Before, every rank of an ``mpirun``
+    job on one host stopped in ``init`` on "module 'horovod.torch' has no attribute
+    'is_homogeneous'"."""
+    import horovod.torch
+
+    from horovod_prague.common import runtime as runtime_module
+    from horovod_prague.common.config import PragueConfig
+
+    assert not hasattr(horovod.torch, "is_homogeneous")
+    assert callable(horovod.torch.mpi_ops._basics.is_homogeneous)
+
+    class TorchLikeHorovod(AcceptingHorovod):
+        is_homogeneous = None  # as horovod.torch: no such attribute of its own
+
+        def __init__(self, homogeneous: bool, local_size: int) -> None:
+            super().__init__(homogeneous, local_size)
+            basics = types.SimpleNamespace(is_homogeneous=lambda: homogeneous)
+            self.mpi_ops = types.SimpleNamespace(_basics=basics)
+
+    _launched_by_mpirun(monkeypatch, 6, 1, 3, 1)
+    even = runtime_module.initialize(TorchLikeHorovod(True, 3), PragueConfig(strategy="static"), {})
+    assert even.topology == Topology(6, 3)
+    with pytest.raises(RuntimeError, match="runs 3 of the job's 6 ranks"):
+        runtime_module.initialize(TorchLikeHorovod(False, 3), PragueConfig(strategy="static"), {})
