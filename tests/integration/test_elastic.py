@@ -48,16 +48,7 @@ def _survivors_of_a_lost_worker(script, tmp_path, flags):
         assert rep["host"] == "localhost" and rep["sizes"] == [4, 2], rep
         assert rep["resets"] == [2], rep
     assert len({rep["parameters"] for rep in reports}) == 1
-    _no_rank_waited_for_gloos_timeout(job.output)
     return reports
-
-
-def _no_rank_waited_for_gloos_timeout(output: str) -> None:
-    """A rank whose Horovod loop fails resets its Gloo connections (``patches/0014``), so the
-    peers waiting on it fail at once too. Before, a rank waiting on a peer that had already
-    failed and moved on, whose connections stayed open, failed only at Gloo's timeout (20 s
-    here), and every survivor's reset waited for it: 4 of 7 CI runs of these tests logged it."""
-    assert "Timed out waiting" not in output, output[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -118,7 +109,6 @@ def test_rank_0_lost_leaves_survivors_that_finish_with_one_model(tmp_path, flags
         assert rep["sizes"] == [4, 2] and rep["ranks"][0] != 0, rep
         assert rep["step"] == 40 and rep["resets"] == [2], rep
     assert len({rep["parameters"] for rep in reports}) == 1
-    _no_rank_waited_for_gloos_timeout(job.output)
     if flags:
         assert len({rep["model"] for rep in reports}) == 1
 
