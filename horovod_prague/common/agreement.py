@@ -6,7 +6,7 @@ timeout, with an error that names no option. Under ``horovodrun --gloo`` the lau
 rendezvous server (an HTTP key-value store every rank can reach) is up before ``hvd.init``:
 each rank puts its options there, reads every other rank's, and raises, naming the options
 that differ, before any collective. Other launchers (MPI) have no such store; there the check
-runs through Horovod after ``init`` (``runtime._check_agreement``). Each rank also puts where
+runs through Horovod after ``init`` (``runtime._agree_and_lay_out``). Each rank also puts where
 it runs (the first rank and the size of its node), so that every rank learns the whole layout
 of the job, nodes of different sizes included, before it registers its process sets.
 

@@ -73,8 +73,7 @@ class PragueRuntime:
         """
         if self._client is not None:
             return
-        _check_agreement(self.hvd, self.config)
-        layout, self.hosts = _layout(self.hvd)
+        layout, self.hosts = _agree_and_lay_out(self.hvd, self.config)
         if layout != self.topology and not elastic():  # elastic: groups ignore hosts
             raise RuntimeError(f"Prague was set up for {self.topology}, Horovod reports {layout}")
         self._client = self._connect(layout)
@@ -280,24 +279,15 @@ def elastic() -> bool:
     return os.environ.get("HOROVOD_ELASTIC") == "1"
 
 
-def _layout(hvd: ModuleType) -> tuple[Topology, list[str]]:
-    """The job's layout as Horovod reports it (every rank's node, by its first rank), and each
-    rank's host name: the launcher's (``-H``) where it gave one."""
+def _agree_and_lay_out(hvd: ModuleType, config: PragueConfig) -> tuple[Topology, list[str]]:
+    """Check that every rank has this rank's options (ValueError naming those that differ),
+    and return the job's layout as Horovod reports it (every rank's node, by its first rank)
+    and each rank's host name: the launcher's (``-H``) where it gave one. One collective."""
     host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
-    where = hvd.allgather_object(
-        (hvd.rank() - hvd.local_rank(), hvd.local_size(), host), name="prague.layout"
-    )
-    nodes = {first: size for first, size, _ in where}
-    topology = Topology.of_node_starts(nodes, hvd.size())
-    if topology is None:
-        raise RuntimeError(f"Horovod reports nodes that do not tile the ranks: {sorted(nodes)}")
-    return topology, [name for _, _, name in where]
-
-
-def _check_agreement(hvd: ModuleType, config: PragueConfig) -> None:
     mine = config.agreed()
-    everyone = hvd.allgather_object(mine, name="prague.config")
-    for other_rank, theirs in enumerate(everyone):
+    where = (hvd.rank() - hvd.local_rank(), hvd.local_size(), host)
+    everyone = hvd.allgather_object((mine, where), name="prague.start")
+    for other_rank, (theirs, _) in enumerate(everyone):
         differing = sorted(k for k in mine if theirs.get(k) != mine[k])
         if differing:
             details = ", ".join(f"{k}={mine[k]!r} vs {theirs.get(k)!r}" for k in differing)
@@ -305,6 +295,11 @@ def _check_agreement(hvd: ModuleType, config: PragueConfig) -> None:
                 f"Prague options differ between rank {hvd.rank()} and rank {other_rank}: "
                 f"{details}. Every rank must use the same options."
             )
+    nodes = {first: size for _, (first, size, _) in everyone}
+    topology = Topology.of_node_starts(nodes, hvd.size())
+    if topology is None:
+        raise RuntimeError(f"Horovod reports nodes that do not tile the ranks: {sorted(nodes)}")
+    return topology, [name for _, (_, _, name) in everyone]
 
 
 def _describe(config: PragueConfig) -> str:

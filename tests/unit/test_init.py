@@ -433,3 +433,53 @@ def test_the_homogeneity_check_reads_horovod_torch_where_it_keeps_it(monkeypatch
     assert even.topology == Topology(6, 3)
     with pytest.raises(RuntimeError, match="runs 3 of the job's 6 ranks"):
         runtime_module.initialize(TorchLikeHorovod(False, 3), PragueConfig(strategy="static"), {})
+
+
+class GatheringHorovod:
+    """Rank ``rank`` of a job whose other ranks send ``others`` to ``allgather_object``."""
+
+    def __init__(self, rank: int, local_rank: int, local_size: int, size: int, others):
+        self._rank = rank
+        self._local_rank = local_rank
+        self._local_size = local_size
+        self._size = size
+        self.others = others
+        self.gathers: list[str] = []
+
+    def rank(self) -> int:
+        return self._rank
+
+    def local_rank(self) -> int:
+        return self._local_rank
+
+    def local_size(self) -> int:
+        return self._local_size
+
+    def size(self) -> int:
+        return self._size
+
+    def allgather_object(self, obj, name=None):
+        self.gathers.append(name)
+        return [obj if r == self._rank else self.others(r) for r in range(self._size)]
+
+
+def test_the_start_checks_the_options_and_learns_the_layout_in_one_collective(monkeypatch):
+    from horovod_prague.common.config import PragueConfig
+    from horovod_prague.common.runtime import _agree_and_lay_out
+
+    monkeypatch.setenv("HOROVOD_HOSTNAME", "h1")
+    config = PragueConfig(strategy="static")
+    hosts = ["h1", "h1", "h2", "h2"]
+
+    def rank_says(r: int, options: dict | None = None):
+        return options or config.agreed(), (r - r % 2, 2, hosts[r])
+
+    hvd = GatheringHorovod(rank=1, local_rank=1, local_size=2, size=4, others=rank_says)
+    topology, names = _agree_and_lay_out(hvd, config)
+    assert (topology, names) == (Topology(4, 2), hosts)
+    assert len(hvd.gathers) == 1
+
+    other = PragueConfig(strategy="static", seed=config.seed + 1).agreed()
+    hvd.others = lambda r: rank_says(r, other if r == 3 else config.agreed())
+    with pytest.raises(ValueError, match=r"between rank 1 and rank 3: seed=0 vs 1"):
+        _agree_and_lay_out(hvd, config)
