@@ -81,6 +81,40 @@ def recovery(run: dict[str, Any]) -> float | None:
     return max(resumed) - run["killed_at"]
 
 
+def commit_window_bound(
+    factors: list[list[float]], kill: tuple[int, int], steps: int, commit_every: int
+) -> float:
+    """What the slowdowns alone allow ranks free between commits to gain over All-Reduce.
+
+    The fault job's script makes every rank take ``commit_every`` steps and then commit, a
+    global wait (Horovod's ``check_host_updates`` broadcasts), so a rank can run ahead of the
+    others only within a window. Per window, All-Reduce waits for the slowest rank at every
+    step, free ranks only for the slowest sum. The first world's ranks train until rank R's
+    step K; its host's half of the ranks is lost; the other half go on from the last commit
+    until the samples of ``steps`` steps of every rank, each slowed as ``factors`` say for
+    the rank it was at the start. Ignores communication and the reset itself.
+
+    >>> slow = [[1.0] * 8, [1.0] * 8]
+    >>> slow[1][0] = slow[0][1] = 3.0  # one slow step each, in one window of 2
+    >>> commit_window_bound(slow, kill=(1, 2), steps=2, commit_every=2)  # 2x3 over 4: 1.5
+    1.5
+    """
+    ranks = len(factors)
+    half = ranks // 2
+    lost_host = range(half, ranks) if kill[0] >= half else range(half)
+    survivors = [r for r in range(ranks) if r not in lost_host]
+    committed = kill[1] // commit_every * commit_every
+    windows = [(list(range(ranks)), start) for start in range(0, committed, commit_every)]
+    after = range(committed, committed + (steps - committed) * ranks // len(survivors))
+    windows += [(survivors, start) for start in after[::commit_every]]
+    lockstep = free = 0.0
+    for members, start in windows:
+        window = range(start, start + commit_every)
+        lockstep += sum(max(factors[r][j] for r in members) for j in window)
+        free += max(sum(factors[r][j] for j in window) for r in members)
+    return lockstep / free
+
+
 def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per system (the reference aside): its means over the blocks that ran it."""
     blocks: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
