@@ -1,6 +1,10 @@
-"""The patched Horovod's Gloo rendezvous server (``patches/0013``): every scope whose ranks
-have all finished is cleared, whatever order the ranks finish the scopes in."""
+"""The patched Horovod's launcher servers: the Gloo rendezvous server clears every scope whose
+ranks have all finished, whatever order the ranks finish the scopes in (``patches/0013``), and
+it and the launcher's services queue every connection that arrives at once (``patches/0015``)."""
 
+import select
+import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -8,6 +12,8 @@ import pytest
 
 http_server = pytest.importorskip("horovod.runner.http.http_server")
 hosts = pytest.importorskip("horovod.runner.common.util.hosts")
+network = pytest.importorskip("horovod.runner.common.util.network")
+secret = pytest.importorskip("horovod.runner.common.util.secret")
 
 
 def _request(port: int, method: str, path: str, body: bytes | None = None) -> int:
@@ -45,3 +51,51 @@ def test_the_rendezvous_server_clears_every_finished_scope():
         assert left == []
     finally:
         server.stop()
+
+
+def _connects_completed(port: int, attempts: int, wait: float = 0.5) -> int:
+    """How many of ``attempts`` connections to a listener that accepts none complete the
+    handshake within ``wait`` seconds: the rest had their SYN dropped by a full accept queue
+    and sit in the kernel's retransmission back-off (1 s, then 2 s, 4 s, ...)."""
+    sockets = []
+    try:
+        for _ in range(attempts):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            sockets.append(s)
+        deadline = time.monotonic() + wait
+        pending = set(sockets)
+        while pending and time.monotonic() < deadline:
+            _, writable, _ = select.select([], list(pending), [], deadline - time.monotonic())
+            connected = socket.SOL_SOCKET, socket.SO_ERROR
+            pending -= {s for s in writable if s.getsockopt(*connected) == 0}
+        return attempts - len(pending)
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_the_rendezvous_server_queues_every_worker_that_connects_at_once():
+    """``patches/0015``: every worker polls the rendezvous store, one connection per request,
+    while it waits for its peers. With socketserver's backlog of 5, connections beyond the
+    queue had their SYN dropped while the server was busy, and the worker's request waited
+    the kernel's back-off (seen in CI: the driver's listener full, ``ListenOverflows``
+    rising). Here the server's accept loop is stopped, so every connection must queue."""
+    server = http_server.RendezvousServer()
+    port = server.start()
+    server._httpd.shutdown()  # stop accepting; the socket keeps listening
+    try:
+        assert _connects_completed(port, 64) == 64
+    finally:
+        server._httpd.server_close()
+
+
+def test_the_launchers_services_queue_every_task_that_connects_at_once():
+    """The same for the launcher's driver, task and elastic notification services."""
+    service = network.BasicService("test", secret.make_secret_key(), nics=None)
+    service._server.shutdown()  # stop accepting; the socket keeps listening
+    try:
+        assert _connects_completed(service._port, 64) == 64
+    finally:
+        service._server.server_close()
