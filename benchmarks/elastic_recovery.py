@@ -4,8 +4,9 @@ The elastic test's script (``tests/integration/workers/elastic_torch.py``): 4 ra
 ``localhost:2,127.0.0.1:2``, ``--min-np 2``, the first worker on ``127.0.0.1`` exits at step
 12 of 40; the two survivors reset and finish. Per run: the survivors' recovery (from their
 last step before the reset to their first after it; the slower survivor), the job's wall time
-from the command to its end, and whether the survivors ended with one model. Runs alternate
-stock and Prague.
+from the command to its end, split into its start (to any rank's first step), its training
+(to any rank's last step) and its end; and whether the survivors ended with one model.
+Runs alternate stock and Prague.
 
     .venv/bin/python benchmarks/elastic_recovery.py --rounds 3
     .venv/bin/python benchmarks/elastic_recovery.py --gloo-timeout 10   # survivors notice sooner
@@ -59,9 +60,14 @@ def run(flags: list[str], gloo_timeout: int) -> dict:
             f"{' '.join(flags) or 'stock'}: exit {job.returncode}, "
             f"{len(reports)} reports\n{job.stdout[-3000:]}{job.stderr[-3000:]}"
         )
+    first_step = min(r["first_step_at"] for r in reports) - began
+    last_step = max(r["last_step_at"] for r in reports) - began
     return {
         "recovery_s": max(max(r["recovery_s"], default=0.0) for r in reports),
         "wall_s": wall,
+        "start_s": first_step,
+        "train_s": last_step - first_step,
+        "end_s": wall - last_step,
         "one_model": len({r["model"] for r in reports}) == 1,
     }
 
@@ -73,13 +79,17 @@ def main() -> None:
     args = parser.parse_args()
     systems = {"stock": [], "prague": ["--prague"]}
     results: dict[str, list[dict]] = {name: [] for name in systems}
-    print(f"{'round':>5} {'system':>7} {'recovery s':>10} {'wall s':>7} {'one model':>9}")
+    print(
+        f"{'round':>5} {'system':>7} {'recovery s':>10} {'wall s':>7} {'start s':>7} "
+        f"{'train s':>7} {'end s':>6} {'one model':>9}"
+    )
     for i in range(args.rounds):
         for name, flags in systems.items():
             r = run(flags, args.gloo_timeout)
             results[name].append(r)
             print(
                 f"{i:>5} {name:>7} {r['recovery_s']:>10.1f} {r['wall_s']:>7.1f} "
+                f"{r['start_s']:>7.1f} {r['train_s']:>7.1f} {r['end_s']:>6.1f} "
                 f"{str(r['one_model']):>9}",
                 flush=True,
             )

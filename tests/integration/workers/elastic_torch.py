@@ -124,6 +124,9 @@ def main() -> None:
             # From the last step before each reset to the first after it, on this rank.
             "recovery_s": [done[i] - done[i - 1] for i in starts[1:] if 0 < i < len(done)],
             "wall_s": done[-1] - done[0] if done else 0.0,
+            # time.monotonic() of the first and last steps: one clock for every process here.
+            "first_step_at": done[0] if done else None,
+            "last_step_at": done[-1] if done else None,
             "parameters": digest(model.parameters()),
             "model": digest(model.state_dict().values()),
             "loss": float(loss.detach()),
