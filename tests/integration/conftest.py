@@ -10,6 +10,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 collect_ignore_glob = ["workers/*"]
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report also shows where each rank's Horovod loop failed, from every
+    job the test started: those lines come first in a job's log, before any tail that an
+    assertion quotes."""
+    from launch import STARTED_LOGS, loop_failures
+
+    if call.when == "setup":
+        item.stash[_FIRST_LOG] = len(STARTED_LOGS)
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when == "call":
+        lines = loop_failures(STARTED_LOGS[item.stash.get(_FIRST_LOG, 0) :])
+        if lines:
+            report.sections.append(("Horovod loop failures", "\n".join(lines)))
+
+
+_FIRST_LOG = pytest.StashKey[int]()
+
+
 # ----------------------------------------------------------------- emulated hosts
 # Network namespaces with sshd that stand in for a cluster's hosts (scripts/hosts.py).
 

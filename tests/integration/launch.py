@@ -23,6 +23,25 @@ BIN = Path(sys.executable).parent
 CONTROLLERS = ("gloo", "mpi")
 
 
+STARTED_LOGS: list[Path] = []
+"""Every job log started in this process, newest last (the conftest's failure summary)."""
+LOOP_FAILURE = "Horovod background loop uncaught exception"
+
+
+def loop_failures(logs: list[Path], limit: int = 24) -> list[str]:
+    """The lines of ``logs`` where a rank's Horovod loop failed: the rank, the error and,
+    with ``patches/0016``, the process set and negotiation step it waited in."""
+    lines = []
+    for log in logs:
+        if log.exists():
+            lines += [
+                f"{log.name}: {line}"
+                for line in log.read_text(errors="replace").splitlines()
+                if LOOP_FAILURE in line
+            ]
+    return lines[:limit]
+
+
 @dataclasses.dataclass
 class Job:
     returncode: int
@@ -107,6 +126,7 @@ def start_ranks(
         *args,
     ]
     log = _kept_log(tmp_path)
+    STARTED_LOGS.append(log)
     with log.open("w") as sink:
         proc = subprocess.Popen(
             command,

@@ -77,3 +77,33 @@ def test_a_hung_rank_stops_the_others_with_an_error_naming_it(tmp_path, victim, 
             named = "rank 0 may be the one that stopped" in rep["message"]
         assert named, rep
         assert rep["after"] < 6.0 * 3, rep
+
+
+def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
+    """A rank whose process stops leaves the others' Horovod loops waiting in a negotiation
+    until Gloo's timeout (3 s here). The loop's error then says where it waited: the process
+    set, how many negotiations that set had begun on this rank (the same on both: its members
+    negotiate in step), and the step
+    (``patches/0016``); Gloo's own message names neither."""
+    job = run_ranks(
+        "stalled_negotiation.py",
+        tmp_path,
+        np=3,
+        env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "3"},
+        timeout=120,
+    )
+    survivors = [r for r in job.reports if r["rank"] != 2]
+    assert len(survivors) == 2, job.output[-3000:]
+    for rep in survivors:
+        assert rep["error"] is not None, rep
+    where = re.compile(
+        r"\[(\d)\]: Horovod background loop uncaught exception: .*Timed out waiting 3000ms.*"
+        r"\[in process set 0 \(ranks 0 1 2\), negotiation (\d+): "
+        r"(the cache and state bit-vector all-reduce"
+        r"|gathering the ranks' requests \(coordinator\)"
+        r"|receiving the responses from the coordinator)\]"
+    )
+    found = {m.group(1): m for m in where.finditer(job.output)}
+    assert set(found) == {"0", "1"}, job.output[-3000:]
+    # The two waited in the same negotiation of the set: its members negotiate in step.
+    assert len({m.group(2) for m in found.values()}) == 1, [m.group(0) for m in found.values()]
