@@ -82,9 +82,10 @@ def test_a_hung_rank_stops_the_others_with_an_error_naming_it(tmp_path, victim, 
 def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     """A rank whose process stops leaves the others' Horovod loops waiting in a negotiation
     until Gloo's timeout (3 s here). The loop's error then says where it waited: the process
-    set, how many negotiations that set had begun on this rank (the same on both: its members
-    negotiate in step), and the step
-    (``patches/0016``); Gloo's own message names neither."""
+    set, how many negotiations that set had begun on this rank, and the step
+    (``patches/0016``); Gloo's own message names neither. The first rank to time out closes
+    its connections, so the other may fail on that instead; both name the set, and their
+    counts agree or differ by one (a rank whose last step only sent may have begun the next)."""
     job = run_ranks(
         "stalled_negotiation.py",
         tmp_path,
@@ -97,13 +98,17 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     for rep in survivors:
         assert rep["error"] is not None, rep
     where = re.compile(
-        r"\[(\d)\]: Horovod background loop uncaught exception: .*Timed out waiting 3000ms.*"
+        r"\[(\d)\]: Horovod background loop uncaught exception: .*"
+        r"(Timed out waiting 3000ms|closed by peer|Read error|Connection reset).*"
         r"\[in process set 0 \(ranks 0 1 2\), negotiation (\d+): "
         r"(the cache and state bit-vector all-reduce"
         r"|gathering the ranks' requests \(coordinator\)"
+        r"|broadcasting the responses \(coordinator\)"
+        r"|sending this rank's requests to the coordinator"
         r"|receiving the responses from the coordinator)\]"
     )
     found = {m.group(1): m for m in where.finditer(job.output)}
     assert set(found) == {"0", "1"}, job.output[-3000:]
-    # The two waited in the same negotiation of the set: its members negotiate in step.
-    assert len({m.group(2) for m in found.values()}) == 1, [m.group(0) for m in found.values()]
+    assert any(m.group(2).startswith("Timed out") for m in found.values()), job.output[-3000:]
+    counts = [int(m.group(3)) for m in found.values()]
+    assert max(counts) - min(counts) <= 1, [m.group(0) for m in found.values()]

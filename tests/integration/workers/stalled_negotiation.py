@@ -1,24 +1,32 @@
 """A rank whose process stops (SIGSTOP) stalls Horovod's negotiation on the others.
 
-Stock Horovod, PyTorch, with a process set of ranks 0 and 1 besides the global one. After a
-first all-reduce on each, the last rank stops itself; the others' background loops then wait
-in their next negotiation until Gloo's timeout (the test gives 3 s) ends them. Each other
-rank reports the error its next all-reduce raised; the test reads the loop's message.
+Stock Horovod, PyTorch, 3 ranks. The ranks start Horovod together (each waits for the others'
+files first, so that the test's short Gloo timeout only times the stall). After a few
+all-reduces the last rank stops itself; the others' background loops then wait in their next
+negotiation of the global set until Gloo's timeout ends them. Each other rank reports the
+error its next all-reduce raised; the test reads the loop's message.
 """
 
 import os
 import signal
+import time
+from pathlib import Path
 
 import horovod.torch as hvd
 import torch
-from _report import report
+from _report import launcher_rank, report
 
-pair = hvd.ProcessSet([0, 1])
-hvd.init(process_sets=[pair])
-hvd.allreduce(torch.ones(1), name="warm.global")
-if hvd.rank() in (0, 1):
-    hvd.allreduce(torch.ones(1), name="warm.pair", process_set=pair)
-hvd.allreduce(torch.ones(1), name="warm.done")
+out = Path(os.environ["PRAGUE_TEST_OUT"])
+size = int(os.environ["HOROVOD_SIZE"])
+(out / f"started{launcher_rank()}").write_text("")
+deadline = time.monotonic() + 60
+while not all((out / f"started{r}").exists() for r in range(size)):
+    assert time.monotonic() < deadline, "the other ranks did not start"
+    time.sleep(0.05)
+
+hvd.init()
+for step in range(3):
+    hvd.allreduce(torch.ones(1), name=f"warm{step}")
 if hvd.rank() == hvd.size() - 1:
     os.kill(os.getpid(), signal.SIGSTOP)
 try:
