@@ -1,5 +1,7 @@
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,13 +16,20 @@ collect_ignore_glob = ["workers/*"]
 def pytest_runtest_makereport(item, call):
     """A failed test's report also shows where each rank's Horovod loop failed, from every
     job the test started: those lines come first in a job's log, before any tail that an
-    assertion quotes."""
+    assertion quotes. Every test's start and end go to ``test-times.log`` in pytest's
+    temporary folder."""
     from launch import STARTED_LOGS, loop_failures
 
     if call.when == "setup":
         item.stash[_FIRST_LOG] = len(STARTED_LOGS)
     outcome = yield
     report = outcome.get_result()
+    tmp_path = item.funcargs.get("tmp_path")
+    if call.when == "call" and tmp_path is not None:
+        # When each test ran, beside pytest's kept folders: a failure can then be set against
+        # what the machine did at that moment.
+        with (tmp_path.parent / "test-times.log").open("a") as times:
+            times.write(f"{call.start:.3f} {call.stop:.3f} {report.outcome} {item.nodeid}\n")
     if report.failed and call.when == "call":
         lines = loop_failures(STARTED_LOGS[item.stash.get(_FIRST_LOG, 0) :])
         if lines:
@@ -28,6 +37,42 @@ def pytest_runtest_makereport(item, call):
 
 
 _FIRST_LOG = pytest.StashKey[int]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pause_watch(tmp_path_factory):
+    """Note every moment this process was not scheduled for over 2 s (a machine that stops
+    for longer than Gloo's timeout makes every rank's wait expire at once) in ``pauses.log``
+    in pytest's temporary folder, with the CPU time the hypervisor took meanwhile."""
+    log = tmp_path_factory.getbasetemp() / "pauses.log"
+    done = threading.Event()
+
+    def watch() -> None:
+        last, stolen = time.monotonic(), _stolen_ticks()
+        while not done.wait(0.1):
+            now, now_stolen = time.monotonic(), _stolen_ticks()
+            if now - last > 2.0:
+                with log.open("a") as out:
+                    out.write(
+                        f"{time.time():.3f} paused {now - last:.1f} s, "
+                        f"steal +{now_stolen - stolen} ticks\n"
+                    )
+            last, stolen = now, now_stolen
+
+    watcher = threading.Thread(target=watch, name="pause-watch", daemon=True)
+    watcher.start()
+    yield
+    done.set()
+    watcher.join()
+
+
+def _stolen_ticks() -> int:
+    """The machine's CPU time taken by its hypervisor so far (``steal`` in /proc/stat)."""
+    try:
+        with open("/proc/stat") as stat:
+            return int(stat.readline().split()[8])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 # ----------------------------------------------------------------- emulated hosts
