@@ -324,7 +324,7 @@ def test_elastic_survivors_go_on_across_hosts(tmp_path, emulated_hosts, fault):
         "elastic_torch.py",
         tmp_path,
         np=4,
-        env={**env, "HOROVOD_GLOO_TIMEOUT_SECONDS": "20"},
+        env={**env, "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"},
         timeout=300,
         launcher=hosts.run_command(horovodrun),
         launcher_flags=("--prague",),
