@@ -32,7 +32,7 @@ def loop_failures(logs: list[Path], limit: int = 24) -> list[str]:
     """The lines of ``logs`` where a rank's Horovod loop failed: the rank, the error and,
     with ``patches/0016``, the process set and negotiation step it waited in."""
     lines = []
-    for log in logs:
+    for log in dict.fromkeys(logs):  # a test's jobs may share one log file
         if log.exists():
             lines += [
                 f"{log.name}: {line}"

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from launch import BIN, REPO, discovery_script, run_ranks, start_ranks
+from launch import BIN, LOOP_FAILURE, REPO, discovery_script, run_ranks, start_ranks
 
 pytestmark = pytest.mark.multirank
 
@@ -279,7 +279,7 @@ def test_a_lost_host_ends_the_job_with_an_error_naming_it(tmp_path, emulated_hos
         if rank not in reports and not ended_by_launcher:
             aborted = f"[{rank}]<stderr>:"
             lines = [line for line in done.output.splitlines() if line.startswith(aborted)]
-            assert any("Horovod background loop uncaught exception" in line for line in lines), (
+            assert any(LOOP_FAILURE in line for line in lines), (
                 f"rank {rank} neither reported, nor was ended by Horovod's error or by the "
                 f"launcher naming a lost rank; log: {done.log}"
             )

@@ -1,7 +1,7 @@
 """A rank whose process stops (SIGSTOP) stalls Horovod's negotiation on the others.
 
 Stock Horovod, PyTorch, 3 ranks. The ranks start Horovod together (each waits for the others'
-files first, so that the test's short Gloo timeout only times the stall). After a few
+files first, so that the test's Gloo timeout only times the stall). After a few
 all-reduces the last rank stops itself; the others' background loops then wait in their next
 negotiation of the global set until Gloo's timeout ends them. Each other rank reports the
 error its next all-reduce raised; the test reads the loop's message.
