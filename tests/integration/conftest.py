@@ -22,19 +22,19 @@ os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", "90")
 def pytest_runtest_makereport(item, call):
     """A failed test's report also shows where each rank's Horovod loop failed, from every
     job the test started: those lines come first in a job's log, before any tail that an
-    assertion quotes. The start and end of every test with a ``tmp_path`` (every test that
-    starts a job) go to ``test-times.log`` in pytest's temporary folder."""
+    assertion quotes. The start and end of every test go to ``test-times.log`` in pytest's
+    temporary folder."""
     from launch import STARTED_LOGS, loop_failures
 
     if call.when == "setup":
         item.stash[_FIRST_LOG] = len(STARTED_LOGS)
     outcome = yield
     report = outcome.get_result()
-    tmp_path = item.funcargs.get("tmp_path")
-    if call.when == "call" and tmp_path is not None:
+    log_dir = item.config.stash.get(_LOG_DIR, None)
+    if call.when == "call" and log_dir is not None:
         # When each test ran, beside pytest's kept folders: a failure can then be set against
         # what the machine did at that moment.
-        with (tmp_path.parent / "test-times.log").open("a") as times:
+        with (log_dir / "test-times.log").open("a") as times:
             times.write(f"{call.start:.3f} {call.stop:.3f} {report.outcome} {item.nodeid}\n")
     if report.failed and call.when == "call":
         lines = loop_failures(STARTED_LOGS[item.stash.get(_FIRST_LOG, 0) :])
@@ -43,15 +43,17 @@ def pytest_runtest_makereport(item, call):
 
 
 _FIRST_LOG = pytest.StashKey[int]()
+_LOG_DIR = pytest.StashKey[Path]()
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _pause_watch(tmp_path_factory):
+def _pause_watch(request, tmp_path_factory):
     """Note every moment this thread of pytest's process did not run for over 2 s in
     ``pauses.log`` in pytest's temporary folder, with the CPU time the hypervisor took
     meanwhile: a machine that stalls for longer than Gloo's timeout makes every rank's wait
     expire at once. (A thread of pytest that holds the GIL that long shows here too.)"""
-    log = tmp_path_factory.getbasetemp() / "pauses.log"
+    request.config.stash[_LOG_DIR] = tmp_path_factory.getbasetemp()
+    log = request.config.stash[_LOG_DIR] / "pauses.log"
     done = threading.Event()
 
     def watch() -> None:

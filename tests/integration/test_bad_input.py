@@ -4,7 +4,7 @@ import json
 import re
 
 import pytest
-from launch import run_ranks
+from launch import LOOP_FAILURE, run_ranks
 
 pytestmark = pytest.mark.multirank
 
@@ -84,9 +84,9 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     until Gloo's timeout (10 s here: this machine's own stalls reach several seconds). The
     loop's error then says where it waited: the process set, how many negotiations that set
     had begun on this rank, and the step (``patches/0016``); Gloo's own message names
-    neither. The first rank to time out closes
-    its connections, so the other may fail on that instead; both name the set, and their
-    counts agree or differ by one (a rank whose last step only sent may have begun the next)."""
+    neither. The first rank to time out closes its connections, so the other may fail on
+    that instead; both name the set, and their counts agree or differ by one (a rank whose
+    last step only sent may have begun the next)."""
     job = run_ranks(
         "stalled_negotiation.py",
         tmp_path,
@@ -99,7 +99,7 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     for rep in survivors:
         assert rep["error"] is not None, rep
     where = re.compile(
-        r"\[(\d)\]: Horovod background loop uncaught exception: .*"
+        r"\[(\d)\]: " + re.escape(LOOP_FAILURE) + r".*"
         r"(Timed out waiting 10000ms|closed by peer|Read error|Connection reset).*"
         r"\[in process set 0 \(ranks 0 1 2\), negotiation (\d+): "
         r"(the cache and state bit-vector all-reduce"

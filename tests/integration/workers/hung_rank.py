@@ -2,7 +2,8 @@
 
 argv[1]: the rank that hangs (at step ``HANG_AT``: it takes one slow step, then one more,
 which asks the Group Generator for a group later than the ranks already waiting for it did,
-then sleeps, as a rank stuck in a kernel or a debugger would, and leaves); argv[2]: ``torch``
+then stops stepping, as a rank stuck in a kernel or a debugger would, until every other rank
+has reported, and leaves); argv[2]: ``torch``
 (default) or ``tensorflow``. Each other rank reports the error it got, and how long after its
 own step ``HANG_AT`` began it got it; the job's Prague timeout is ``TIMEOUT`` seconds. The
 stopped rank is not the one silent longest towards the Group Generator: only the waits ranks
@@ -52,6 +53,17 @@ else:
         opt.apply_gradients([(tape.gradient(loss, weights), weights)])
 
 
+def wait_for_survivors(limit_s: float) -> None:
+    """Return once every rank but the victim has reported, or after ``limit_s``."""
+    out = Path(os.environ["PRAGUE_TEST_OUT"])
+    survivors = [r for r in range(hvd.size()) if r != victim]
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if all((out / f"rank{r}.json").exists() for r in survivors):
+            return
+        time.sleep(0.05)
+
+
 started = None
 try:
     for step in range(STEPS):
@@ -62,7 +74,8 @@ try:
                 # ranks waiting for this one last asked, then no more.
                 time.sleep(SLOW_STEP)
                 train_step()
-                time.sleep(8 * TIMEOUT)
+                # Hung: no step, no collective, until the others have their errors.
+                wait_for_survivors(8 * TIMEOUT)
                 os._exit(0)
         train_step()
     outcome = {"error": None}
@@ -73,9 +86,5 @@ report(outcome)
 # A survivor that exits closes its Gloo connections, and Horovod ends the ranks still waiting
 # before they report; rank 0's process also serves the Group Generator, which the others ask
 # who holds them up. So each survivor stays until all have reported (or 30 s have passed).
-out = Path(os.environ["PRAGUE_TEST_OUT"])
-deadline = time.monotonic() + 30
-survivors = [r for r in range(hvd.size()) if r != victim]
-while time.monotonic() < deadline and not all((out / f"rank{r}.json").exists() for r in survivors):
-    time.sleep(0.05)
+wait_for_survivors(30)
 os._exit(0)  # Horovod's shutdown would wait for the hung rank
