@@ -99,7 +99,7 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     for rep in survivors:
         assert rep["error"] is not None, rep
     where = re.compile(
-        r"\[(\d)\]: " + re.escape(LOOP_FAILURE) + r".*"
+        r"\[(\d)\]: " + re.escape(LOOP_FAILURE) + r": .*"
         r"(Timed out waiting 10000ms|closed by peer|Read error|Connection reset).*"
         r"\[in process set 0 \(ranks 0 1 2\), negotiation (\d+): "
         r"(the cache and state bit-vector all-reduce"

@@ -7,6 +7,7 @@ import importlib
 import itertools
 import json
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,15 @@ def report(data: dict[str, Any], rank: int | None = None) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"rank": rank, **data}))
     tmp.rename(path)
+
+
+def wait_for_reports(ranks: Iterable[int], limit_s: float) -> None:
+    """Return once each of ``ranks`` has called ``report``, or after ``limit_s`` seconds."""
+    out = Path(os.environ["PRAGUE_TEST_OUT"])
+    paths = [out / f"rank{r}.json" for r in ranks]
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and not all(p.exists() for p in paths):
+        time.sleep(0.05)
 
 
 def digest(tensors: Iterable[Any]) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import horovod.torch as hvd
 import torch
-from _report import report
+from _report import report, wait_for_reports
 
 READY_AT, STEPS = 20, 100_000
 
@@ -44,8 +44,5 @@ report(outcome, rank=hvd.rank())
 # Rank 0's process also serves the Group Generator, which the others on its host ask who is
 # gone: each rank stays until its host's ranks have reported (at most 30 s).
 first = hvd.rank() - hvd.local_rank()
-mine = [out / f"rank{r}.json" for r in range(first, first + hvd.local_size())]
-deadline = time.monotonic() + 30
-while time.monotonic() < deadline and not all(p.exists() for p in mine):
-    time.sleep(0.05)
+wait_for_reports(range(first, first + hvd.local_size()), 30)
 os._exit(1)  # Horovod's shutdown would wait for ranks that are gone

@@ -3,8 +3,8 @@
 argv[1]: the rank that hangs (at step ``HANG_AT``: it takes one slow step, then one more,
 which asks the Group Generator for a group later than the ranks already waiting for it did,
 then stops stepping, as a rank stuck in a kernel or a debugger would, until every other rank
-has reported, and leaves); argv[2]: ``torch``
-(default) or ``tensorflow``. Each other rank reports the error it got, and how long after its
+has reported (at most 8 x ``TIMEOUT`` s), and leaves); argv[2]: ``torch`` (default) or
+``tensorflow``. Each other rank reports the error it got, and how long after its
 own step ``HANG_AT`` began it got it; the job's Prague timeout is ``TIMEOUT`` seconds. The
 stopped rank is not the one silent longest towards the Group Generator: only the waits ranks
 report tell it apart from the ranks it holds up.
@@ -13,9 +13,8 @@ report tell it apart from the ranks it holds up.
 import os
 import sys
 import time
-from pathlib import Path
 
-from _report import report
+from _report import report, wait_for_reports
 
 TIMEOUT, HANG_AT, STEPS, SLOW_STEP = 6.0, 10, 200, 1.0
 victim = int(sys.argv[1])
@@ -54,14 +53,7 @@ else:
 
 
 def wait_for_survivors(limit_s: float) -> None:
-    """Return once every rank but the victim has reported, or after ``limit_s``."""
-    out = Path(os.environ["PRAGUE_TEST_OUT"])
-    survivors = [r for r in range(hvd.size()) if r != victim]
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if all((out / f"rank{r}.json").exists() for r in survivors):
-            return
-        time.sleep(0.05)
+    wait_for_reports([r for r in range(hvd.size()) if r != victim], limit_s)
 
 
 started = None
