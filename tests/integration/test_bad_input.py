@@ -83,10 +83,11 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     """A rank whose process stops leaves the others' Horovod loops waiting in a negotiation
     until Gloo's timeout (10 s here: this machine's own stalls reach several seconds). The
     loop's error then says where it waited: the process set, how many negotiations that set
-    had begun on this rank, and the step (``patches/0016``); Gloo's own message names
-    neither. The first rank to time out closes its connections, so the other may fail on
-    that instead; both name the set, and their counts agree or differ by one (a rank whose
-    last step only sent may have begun the next)."""
+    had begun on this rank, and the step, then the loop's cycle and every set's count
+    (``patches/0016``); Gloo's own message names neither. The first rank to time out closes
+    its connections, so the other may fail on that instead; both name the set, and their
+    counts agree or differ by one (a rank whose last step only sent may have begun the
+    next)."""
     job = run_ranks(
         "stalled_negotiation.py",
         tmp_path,
@@ -106,10 +107,15 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
         r"|gathering the ranks' requests \(coordinator\)"
         r"|broadcasting the responses \(coordinator\)"
         r"|sending this rank's requests to the coordinator"
-        r"|receiving the responses from the coordinator)\]"
+        r"|receiving the responses from the coordinator)\] "
+        r"\{loop cycle (\d+); negotiations begun on this rank, by process set: 0:(\d+)\}"
     )
     found = {m.group(1): m for m in where.finditer(job.output)}
     assert set(found) == {"0", "1"}, job.output[-3000:]
     assert any(m.group(2).startswith("Timed out") for m in found.values()), job.output[-3000:]
     counts = [int(m.group(3)) for m in found.values()]
     assert max(counts) - min(counts) <= 1, [m.group(0) for m in found.values()]
+    for m in found.values():
+        # The loop's own line agrees with the failed negotiation: the job's one set, and a
+        # negotiation per cycle.
+        assert int(m.group(6)) == int(m.group(3)) <= int(m.group(5)), m.group(0)
