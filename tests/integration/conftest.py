@@ -34,8 +34,11 @@ def pytest_runtest_makereport(item, call):
     if call.when == "call" and log_dir is not None:
         # When each test ran, beside pytest's kept folders: a failure can then be set against
         # what the machine did at that moment.
-        with (log_dir / "test-times.log").open("a") as times:
-            times.write(f"{call.start:.3f} {call.stop:.3f} {report.outcome} {item.nodeid}\n")
+        try:
+            with (log_dir / "test-times.log").open("a") as times:
+                times.write(f"{call.start:.3f} {call.stop:.3f} {report.outcome} {item.nodeid}\n")
+        except OSError:
+            pass  # a full or removed temporary folder: the note is lost, not the test
     if report.failed and call.when == "call":
         lines = loop_failures(STARTED_LOGS[item.stash.get(_FIRST_LOG, 0) :])
         if lines:
@@ -47,13 +50,20 @@ _LOG_DIR = pytest.StashKey[Path]()
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _pause_watch(request, tmp_path_factory):
-    """Note every moment this thread of pytest's process did not run for over 2 s in
-    ``pauses.log`` in pytest's temporary folder, with the CPU time the hypervisor took
-    meanwhile: a machine that stalls for longer than Gloo's timeout makes every rank's wait
-    expire at once. (A thread of pytest that holds the GIL that long shows here too.)"""
+def _log_dir(request, tmp_path_factory) -> Path:
+    """pytest's temporary folder of this run, where ``test-times.log`` and ``pauses.log`` go
+    (beside the tests' own folders, which pytest keeps for its last three runs)."""
     request.config.stash[_LOG_DIR] = tmp_path_factory.getbasetemp()
-    log = request.config.stash[_LOG_DIR] / "pauses.log"
+    return request.config.stash[_LOG_DIR]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pause_watch(_log_dir):
+    """Note every moment this thread of pytest's process did not run for over 2 s in
+    ``pauses.log``, with the CPU time the hypervisor took meanwhile: a machine that stalls
+    for longer than Gloo's timeout makes every rank's wait expire at once. (A thread of
+    pytest that holds the GIL that long shows here too.)"""
+    log = _log_dir / "pauses.log"
     done = threading.Event()
 
     def watch() -> None:
