@@ -84,9 +84,10 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     until Gloo's timeout (10 s here: this machine's own stalls reach several seconds). The
     loop's error then says where it waited: the process set, how many negotiations that set
     had begun on this rank, and the step, then the loop's cycle and every set's count
-    (``patches/0016``); Gloo's own message names neither. The first rank to time out closes
-    its connections, so the other may fail on that instead; both name the set, and their
-    counts agree or differ by one (a rank whose last step only sent may have begun the
+    (``patches/0016``), and Gloo's progress on each of the set's connections
+    (``patches/0017``); Gloo's own message names none of it. The first rank to time out
+    closes its connections, so the other may fail on that instead; both name the set, and
+    their counts agree or differ by one (a rank whose last step only sent may have begun the
     next)."""
     job = run_ranks(
         "stalled_negotiation.py",
@@ -108,7 +109,16 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
         r"|broadcasting the responses \(coordinator\)"
         r"|sending this rank's requests to the coordinator"
         r"|receiving the responses from the coordinator)\] "
-        r"\{loop cycle (\d+); negotiations begun on this rank, by process set: 0:(\d+)\}"
+        r"\{loop cycle (\d+); negotiations begun on this rank, by process set: 0:(\d+) "
+        r"\(Gloo(.*)\)\}"
+    )
+    progress = (
+        r"posted (\d+) sends and (\d+) receives; got (\d+) send and (\d+) receive notices "
+        r"and (\d+) messages; sent (\d+) messages"
+    )
+    timed_out = re.compile(
+        r"Timed out waiting 10000ms for (recv|send) operation to complete "
+        r"\[pair with rank (\d) on slot 0x[0-9a-f]+: " + progress + r"\]"
     )
     found = {m.group(1): m for m in where.finditer(job.output)}
     assert set(found) == {"0", "1"}, job.output[-3000:]
@@ -119,3 +129,12 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
         # The loop's own line agrees with the failed negotiation: the job's one set, and a
         # negotiation per cycle.
         assert int(m.group(6)) == int(m.group(3)) <= int(m.group(5)), m.group(0)
+        # Every connection of the set is listed, the stopped rank's among them
+        # (``patches/0017``).
+        assert re.search(r"with rank 2: slot 0x[0-9a-f]+: " + progress, m.group(7)), m.group(0)
+        if m.group(2).startswith("Timed out"):
+            # The connection it waited on: one receive (or send) more posted than done.
+            wait = timed_out.search(m.group(0))
+            assert wait, m.group(0)
+            sends, recvs, got, sent = (int(wait.group(i)) for i in (3, 4, 7, 8))
+            assert (recvs > got) if wait.group(1) == "recv" else (sends > sent), m.group(0)
