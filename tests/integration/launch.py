@@ -30,7 +30,8 @@ LOOP_FAILURE = "Horovod background loop uncaught exception"
 
 def loop_failures(logs: list[Path], limit: int = 24) -> list[str]:
     """The lines of ``logs`` where a rank's Horovod loop failed: the rank, the error and,
-    with ``patches/0016``, the process set and negotiation step it waited in."""
+    with ``patches/0016``, the process set and negotiation step it waited in, the loop's
+    cycle and every set's count, and with ``patches/0017`` its Gloo connections' progress."""
     lines = []
     for log in dict.fromkeys(logs):  # a test's jobs may share one log file
         if log.exists():

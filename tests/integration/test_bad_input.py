@@ -85,7 +85,7 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     loop's error then says where it waited: the process set, how many negotiations that set
     had begun on this rank, and the step, then the loop's cycle and every set's count
     (``patches/0016``), and Gloo's progress on each of the set's connections
-    (``patches/0017``); Gloo's own message names none of it. The first rank to time out
+    (``patches/0017``); Gloo's own message named none of it. The first rank to time out
     closes its connections, so the other may fail on that instead; both name the set, and
     their counts agree or differ by one (a rank whose last step only sent may have begun the
     next)."""
@@ -118,7 +118,7 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     )
     timed_out = re.compile(
         r"Timed out waiting 10000ms for (recv|send) operation to complete "
-        r"\[pair with rank (\d) on slot 0x[0-9a-f]+: " + progress + r"\]"
+        r"\[pair with context rank (\d) on slot 0x[0-9a-f]+: " + progress + r"\]"
     )
     found = {m.group(1): m for m in where.finditer(job.output)}
     assert set(found) == {"0", "1"}, job.output[-3000:]
@@ -126,8 +126,7 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
     counts = [int(m.group(3)) for m in found.values()]
     assert max(counts) - min(counts) <= 1, [m.group(0) for m in found.values()]
     for m in found.values():
-        # The loop's own line agrees with the failed negotiation: the job's one set, and a
-        # negotiation per cycle.
+        # The loop's line, read back: the job's one set, and a negotiation per cycle.
         assert int(m.group(6)) == int(m.group(3)) <= int(m.group(5)), m.group(0)
         # Every connection of the set is listed, the stopped rank's among them
         # (``patches/0017``).
