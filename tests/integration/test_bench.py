@@ -67,6 +67,8 @@ def test_a_tiny_fault_run_survives_and_measures_the_recovery(tmp_path):
     # Survivors wait this long in a collective with the lost host's ranks (Horovod's default 30).
     env = {**os.environ, "HOROVOD_GLOO_TIMEOUT_SECONDS": "15"}
     run = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False, env=env)
+    # Kept whole beside the bench's folder: a job that succeeds leaves no log of its own.
+    (tmp_path / "bench-output.log").write_text(run.stdout + run.stderr)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     rows = {r["system"]: r for r in results["summary"]}
