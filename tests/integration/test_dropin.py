@@ -13,14 +13,16 @@ from horovod_prague.runner import flag
 pytestmark = pytest.mark.multirank
 
 EXAMPLE = str(REPO / "examples" / "pytorch_digits.py")
+# Half the example's 20 epochs: 120 steps a rank, past 0.97 on every run so far.
+EXAMPLE_ARGS = (EXAMPLE, "--epochs", "10")
 STATED_ACCURACY = 0.93
 # The flags of each case: a bare --prague is the default design (smart, overlapped averages);
-# the allreduce strategy, blocking, must keep every rank identical.
+# the allreduce strategy, blocking, must keep every rank identical. The drop-in's code does not
+# depend on the strategy: "--prague smart" is the bare flag's, and the random strategy runs its
+# steps to one model in test_prague.py's soak.
 CASES = {
     "default": ("--prague",),
-    "smart": ("--prague", "smart"),
     "static": ("--prague", "static"),
-    "random": ("--prague", "random"),
     "adpsgd": ("--prague", "adpsgd"),
     "allreduce": ("--prague", "allreduce", "--prague-staleness", "0"),
 }
@@ -43,7 +45,7 @@ def _steps(job):
 
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])
 def test_without_the_flag_the_example_is_stock_horovod(tmp_path, controller):
-    job = run_ranks("unmodified.py", tmp_path, controller=controller, args=(EXAMPLE,)).check()
+    job = run_ranks("unmodified.py", tmp_path, controller=controller, args=EXAMPLE_ARGS).check()
     assert not any(rep["drop_in"] for rep in job.reports)
     for step, per_rank in enumerate(_steps(job)):
         assert len(set(per_rank)) == 1, f"ranks differ before step {step}"
@@ -60,7 +62,7 @@ FLAG_RUNS = [(case, "gloo") for case in CASES] + [("default", "mpi"), ("allreduc
 def test_with_the_flag_the_example_averages_in_groups(tmp_path, controller, case):
     flags = CASES[case]
     job = run_ranks(
-        "unmodified.py", tmp_path, controller=controller, args=(EXAMPLE,), launcher_flags=flags
+        "unmodified.py", tmp_path, controller=controller, args=EXAMPLE_ARGS, launcher_flags=flags
     ).check()
     assert all(rep["drop_in"] for rep in job.reports)
     steps = _steps(job)
