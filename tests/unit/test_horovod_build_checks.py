@@ -1,6 +1,9 @@
 """The patched Horovod's launcher asks whether Horovod was built with Gloo or MPI of an
 extension's library loaded alone, without importing a framework (``patches/0018``): before,
-every ``horovodrun`` imported TensorFlow in a forked process first."""
+every ``horovodrun`` imported TensorFlow in a forked process first.
+
+Each check runs in a fresh interpreter: the checks fork, and a fork of this process would
+inherit the frameworks (and their libraries) that other tests loaded."""
 
 import ast
 import subprocess
@@ -8,46 +11,58 @@ import sys
 
 import pytest
 
-util = pytest.importorskip("horovod.common.util")
-
-# Run in a fresh interpreter: the check forks, and a fork of this process would inherit the
-# frameworks other tests imported.
-ASK = """
-import sys
-import horovod.common.util as util
-
-def seen(ext):
-    return type(ext).__name__, sorted({"torch", "tensorflow"} & set(sys.modules)), ext.gloo_built()
-
-print(repr(util._check_extension_lambda(EXTENSION, seen, "asked", False, library_only=True)))
-"""
+pytest.importorskip("horovod.common.util")
 
 
-def _asked_alone(extension: str) -> object:
-    """What the check of ``extension``'s library alone sees: the kind of object asked, the
-    frameworks imported, and its Gloo answer; None where the library does not load alone."""
+def _run(code: str) -> object:
+    """The value of the last line ``code`` prints, in a fresh interpreter."""
     run = subprocess.run(
-        [sys.executable, "-c", ASK.replace("EXTENSION", repr(extension))],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     return ast.literal_eval(run.stdout.strip().splitlines()[-1])
 
 
-def test_pytorchs_library_answers_alone_without_importing_a_framework():
-    torch_ops = pytest.importorskip("horovod.torch.mpi_ops")
-    assert _asked_alone("torch") == ("HorovodBasics", [], torch_ops._basics.gloo_built())
-
-
-def test_a_library_that_needs_its_framework_to_load_gives_no_answer():
-    pytest.importorskip("horovod.tensorflow")
-    # libtensorflow_framework is found only through TensorFlow's import.
-    assert _asked_alone("tensorflow") is None
-
-
-def test_the_launchers_checks_give_the_frameworks_answer():
+def _frameworks_answers() -> tuple[bool, bool]:
     basics = pytest.importorskip("horovod.torch.mpi_ops")._basics
-    assert util._built("gloo_built", "built with Gloo", False) == basics.gloo_built()
-    assert util._built("mpi_built", "built with MPI", False) == basics.mpi_built()
+    return basics.gloo_built(), basics.mpi_built()
+
+
+def test_pytorchs_library_answers_alone_without_importing_a_framework():
+    gloo, _ = _frameworks_answers()
+    seen = _run(
+        "import sys\n"
+        "import horovod.common.util as util\n"
+        "def seen(ext):\n"
+        "    imported = sorted({'torch', 'tensorflow'} & set(sys.modules))\n"
+        "    return type(ext).__name__, imported, ext.gloo_built()\n"
+        "print(repr(util._check_extension_lambda('torch', seen, 'asked', False, True)))\n"
+    )
+    assert seen == ("HorovodBasics", [], gloo)
+
+
+def test_the_launchers_checks_give_the_frameworks_answers():
+    answers = _run(
+        "import horovod.common.util as util\nprint(repr((util.gloo_built(), util.mpi_built())))\n"
+    )
+    assert answers == _frameworks_answers()
+
+
+def test_where_no_library_loads_alone_the_frameworks_are_imported_as_before():
+    gloo, _ = _frameworks_answers()
+    lines = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import horovod.common.util as util\n"
+            "util.EXTENSION_LIBRARIES = dict.fromkeys(util.EXTENSIONS, 'no_such_library')\n"
+            "print(repr(util.gloo_built(verbose=True)))\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout.splitlines()
+    assert ast.literal_eval(lines[-1]) == gloo
+    tried_alone = [line for line in lines if "does not load alone" in line]
+    assert len(tried_alone) == 3, lines  # TensorFlow's, PyTorch's and MXNet's
+    assert any(line.startswith("Extension ") and " was built with Gloo" in line for line in lines)
