@@ -9,12 +9,13 @@ and goes on; otherwise its step takes no group; the ``max(staleness, in_flight)`
 after an average started waits for it (``horovod_prague.common.overlap``). ``staleness=0``
 blocks on every average. An average completes ``comm`` units after its last member submitted it.
 
-It also models how well the ranks agree: every rank holds a number, each step adds to it
-noise drawn from N(0, 1) (its gradient), and each average adds ``scale * (mean of the members'
-snapshots - its own snapshot)``, where ``scale`` is ``1 / in_flight`` for an average that a
-member started while another of its own was in flight (``overlap.Overlap``; 1 with
-``--undamped``). ``spread`` is the variance across ranks, averaged over the run: lower means
-better mixed models.
+It also models how well the ranks agree (``ScalarModels``): every rank holds a number, each
+step adds to it noise drawn from N(0, 1) (its gradient), and each average adds ``scale * (mean
+of the members' snapshots - its own snapshot)``, where ``scale`` is ``1 / in_flight`` for an
+average that a member started while another of its own was in flight (``overlap.Overlap``; 1
+with ``--undamped``). ``spread`` is the variance across ranks, averaged over the run: lower
+means better mixed models. ``run`` takes any other ``Models``: ``sim_training.py`` trains the
+benchmark's real CNN on every emulated rank.
 
     .venv/bin/python benchmarks/sim_overlap.py --ranks 8 --scenario random
 
@@ -32,7 +33,7 @@ import itertools
 import random
 import statistics
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from horovod_prague.bench.workload import SCENARIOS, schedule
 from horovod_prague.common.config import PragueConfig
@@ -52,6 +53,52 @@ class Outcome(NamedTuple):
     """The ranks' variance, averaged over the run past its first fifth."""
     requests: int
     """Requests to the Group Generator."""
+
+
+class Models(Protocol):
+    """The ranks' models as ``run`` drives them: a step, a snapshot sent to an average, and
+    the correction an average applies."""
+
+    def step(self, rank: int) -> None: ...
+
+    def snapshot(self, rank: int) -> Any:
+        """What ``rank`` sends to an average it starts now."""
+
+    def weight(self, rank: int) -> float:
+        """Its weight in that average (1 for equal weights)."""
+
+    def apply(self, rank: int, members: list[tuple[Any, float]], own: Any, scale: float) -> None:
+        """Add ``scale * (weighted mean of members' snapshots - own snapshot)`` to ``rank``."""
+
+    def spread(self) -> float:
+        """How far apart the ranks' models were over the run (lower: better mixed)."""
+
+
+class ScalarModels:
+    """Each rank a number; a step adds N(0, 1) noise; equal weights."""
+
+    def __init__(self, ranks: int, seed: int) -> None:
+        self.noise = random.Random(seed)
+        self.value = [0.0] * ranks
+        self.variances: list[float] = []
+
+    def step(self, rank: int) -> None:
+        self.value[rank] += self.noise.gauss(0.0, 1.0)
+        if rank == 0:
+            self.variances.append(statistics.pvariance(self.value))
+
+    def snapshot(self, rank: int) -> float:
+        return self.value[rank]
+
+    def weight(self, rank: int) -> float:
+        return 1.0
+
+    def apply(self, rank: int, members: list[tuple[Any, float]], own: Any, scale: float) -> None:
+        mean = sum(s * w for s, w in members) / sum(w for _, w in members)
+        self.value[rank] += scale * (mean - own)
+
+    def spread(self) -> float:
+        return statistics.mean(self.variances[len(self.variances) // 5 :])  # past the start
 
 
 def accepts(strategy: str, group_size: int, topology: Topology) -> bool:
@@ -75,17 +122,17 @@ def run(
     nodes: int | None = None,
     local_comm: float | None = None,
     group_size: int = 2,
+    models: Models | None = None,
 ) -> Outcome:
     n = len(factors)
     config = PragueConfig(
         strategy=strategy, seed=seed, staleness=str(staleness), group_size=group_size
     )
     gg = GroupGenerator(make_strategy(config, Topology(n, nodes or n)))
-    noise = random.Random(seed)
-    value = [0.0] * n
-    variances: list[float] = []
-    sent: dict[tuple, dict[int, tuple[float, bool]]] = collections.defaultdict(dict)
+    models = ScalarModels(n, seed) if models is None else models
+    sent: dict[tuple, dict[int, tuple[Any, float, bool]]] = collections.defaultdict(dict)
     submitted: list[collections.Counter] = [collections.Counter() for _ in range(n)]
+    applied: collections.Counter = collections.Counter()
     done_at: dict[tuple, float] = {}
     flights: list[list[tuple[tuple, int]]] = [[] for _ in range(n)]  # (occurrence, step started)
     waiting: dict[tuple, list[tuple[int, Callable[[int, float], None]]]] = collections.defaultdict(
@@ -100,15 +147,15 @@ def run(
 
     def apply(r: int, key: tuple) -> None:
         members = sent[key]
-        mean = sum(v for v, _ in members.values()) / len(members)
-        overlapped = any(o for _, o in members.values())
+        overlapped = any(o for _, _, o in members.values())
         scale = 1.0 / in_flight if damped and overlapped else 1.0
-        value[r] += scale * (mean - members[r][0])
+        models.apply(r, [(s, w) for s, w, _ in members.values()], members[r][0], scale)
+        applied[key] += 1
+        if applied[key] == len(members):  # every member has it: drop the snapshots
+            del sent[key]
 
     def compute_next(r: int, now: float) -> None:
-        value[r] += noise.gauss(0.0, 1.0)
-        if r == 0:
-            variances.append(statistics.pvariance(value))
+        models.step(r)
         step[r] += 1
         if step[r] < steps[r]:
             heapq.heappush(events, (now + factors[r][step[r]], r))
@@ -121,7 +168,7 @@ def run(
     def submit(r: int, group: tuple, now: float) -> tuple:
         key = (group, submitted[r][group])
         submitted[r][group] += 1
-        sent[key][r] = (value[r], bool(flights[r]))
+        sent[key][r] = (models.snapshot(r), models.weight(r), bool(flights[r]))
         if len(sent[key]) == len(group):
             local = nodes and len({m // nodes for m in group}) == 1
             done_at[key] = now + (local_comm if local and local_comm is not None else comm)
@@ -183,8 +230,7 @@ def run(
     if any(waiting.values()):
         raise RuntimeError(f"deadlock: {dict(waiting)}")
     end = max(finished)
-    spread = statistics.mean(variances[len(variances) // 5 :])  # past the start
-    return Outcome(end, alone / sum(steps), waited / (n * end), spread, sum(gg.counts))
+    return Outcome(end, alone / sum(steps), waited / (n * end), models.spread(), sum(gg.counts))
 
 
 def main() -> None:
