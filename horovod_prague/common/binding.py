@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from . import diagnosis
-from .config import PragueConfig
+from .config import AUTO, PragueConfig
 from .group_generator import Owed, WorldGroup, holding_up
 from .overlap import GroupWaitTimeout, Overlap, OverlappedAverager, PendingAverage, awaiting
 from .protocol import CoordinatorTimeout
@@ -124,6 +124,10 @@ class Binding(abc.ABC):
     can_overlap = False
     """Whether ``start_average`` runs a group average in the background (else: blocking)."""
 
+    follows_moves = False
+    """Whether the framework reports each group average's move of a tensor to the followers
+    of ``follow_moves`` (what ``momentum_correction`` needs)."""
+
     starts_in_init = True
     """Whether ``init`` starts Prague (``PragueRuntime.start``: Horovod collectives, so
     framework ops) or leaves it to the first Prague call or guarded collective."""
@@ -131,6 +135,7 @@ class Binding(abc.ABC):
     def __init__(self, hvd: ModuleType) -> None:
         self.hvd = hvd
         self._tracked: list[Callable[[], list[Any]]] = []
+        self._move_followers: list[Callable[[Any, Any, float], None]] = []
         self._crashed = False
         self._init_call: InitCall | None = None
         self._new_job()
@@ -209,6 +214,12 @@ class Binding(abc.ABC):
             return
         first = self._init_call is None
         config = call.config
+        explicit = config.momentum_correction != AUTO
+        if explicit and float(config.momentum_correction) and not self.follows_moves:
+            raise ValueError(
+                f"momentum_correction: {type(self).__name__} cannot correct an optimizer's "
+                "momentum (PyTorch only so far); leave it at 0"
+            )
         horovod_kwargs: dict[str, Any] = {"process_sets": process_sets}
         if comm is not None:
             horovod_kwargs["comm"] = comm
@@ -606,6 +617,24 @@ class Binding(abc.ABC):
         Tracked models are what ``consensus``, the guarded collectives and ``leave`` average.
         """
         self._tracked.append(tensors)
+
+    def follow_moves(self, follower: Callable[[Any, Any, float], None]) -> None:
+        """Have ``follower(tensor, move, scale)`` called whenever a group average adds
+        ``scale * move`` to a floating-point ``tensor`` (an optimizer's momentum takes its
+        share: ``momentum_correction``). World averages (syncs, consensus, the final one) are
+        not reported: they bring every rank to one model and leave the optimizers as they are.
+        """
+        self._move_followers.append(follower)
+
+    def momentum_share(self) -> float:
+        """The share of each group average's move an optimizer's momentum takes on this
+        framework (``momentum_correction``; 0 where the framework cannot apply it)."""
+        return self.config().momentum_share(self.follows_moves)
+
+    def moved(self, tensor: Any, move: Any, scale: float) -> None:
+        """A framework's report that a group average added ``scale * move`` to ``tensor``."""
+        for follower in self._move_followers:
+            follower(tensor, move, scale)
 
     def tracked(self) -> list[Any]:
         """The tensors of every tracked model, each once, in registration order.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import horovod.torch
@@ -19,6 +19,7 @@ class TorchBinding(Binding):
     """Averages tensors, grouped by dtype, with one fused Horovod collective per dtype."""
 
     can_overlap = True
+    follows_moves = True
 
     def tensors(self, source: Any) -> list[torch.Tensor]:
         if isinstance(source, torch.nn.Module):
@@ -42,6 +43,8 @@ class TorchBinding(Binding):
             by_dtype.setdefault(t.dtype, []).append(t)
         weight = self.average_weight()
         timeout = self.config().timeout
+        followed = self._move_followers and share_of is not None  # a group's, not a world's
+        before = [t.detach().clone() if followed and _floating(t.dtype) else None for t in tensors]
         for dtype, same in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             data = [t.data for t in same]
@@ -74,6 +77,9 @@ class TorchBinding(Binding):
                         t.copy_(r)  # exactly the group's result: consensus is bit-identical
                     else:
                         t.add_(r.sub_(t), alpha=scale)
+        for t, was in zip(tensors, before, strict=True):
+            if was is not None:
+                self.moved(t, t.detach() - was, 1.0)
 
     @torch.no_grad()
     def start_average(
@@ -84,7 +90,12 @@ class TorchBinding(Binding):
         size: int,
         overlap: Overlap | None = None,
     ) -> PendingAverage:
-        return TorchPendingAverage(tensors, name, process_set, size, self.average_weight(), overlap)
+        pending = TorchPendingAverage(
+            tensors, name, process_set, size, self.average_weight(), overlap
+        )
+        if self._move_followers:
+            pending.moved = self.moved
+        return pending
 
 
 class TorchPendingAverage(PendingAverage):
@@ -114,6 +125,8 @@ class TorchPendingAverage(PendingAverage):
         self.size = size
         self.weight = weight
         self.overlap = overlap
+        self.moved: Callable[[torch.Tensor, torch.Tensor, float], None] | None = None
+        """Told what ``apply`` adds to each floating-point tensor (``Binding.moved``)."""
         self.targets = list(tensors)
         self.position = 0 if all(_floating(t.dtype) for t in self.targets) else process_set.rank()
         self.snapshots = [
@@ -147,7 +160,10 @@ class TorchPendingAverage(PendingAverage):
             for i, result in zip(indices, results, strict=True):
                 target = self.targets[i].data
                 if floating:
-                    target.add_(result.to(target.dtype).sub_(self.snapshots[i]), alpha=scale)
+                    move = result.to(target.dtype).sub_(self.snapshots[i])
+                    target.add_(move, alpha=scale)
+                    if self.moved is not None:
+                        self.moved(self.targets[i], move, scale)
                 else:
                     share = _share(result, self.size, self.position)
                     target.copy_(_narrow(_wide(target) + share - self.snapshots[i], target.dtype))

@@ -33,6 +33,7 @@ import torch
 
 from ..common.arguments import warn_ignored
 from ..common.binding import distinct
+from ..common.config import AUTO, share_at
 from .binding import _hvd, binding
 from .buffers import ModelFinder
 
@@ -69,9 +70,42 @@ class _PragueOptimizer(torch.optim.Optimizer):
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._count_pass)
         binding.track(self.prague_tensors)
+        self._momentum_share = binding.momentum_share()
+        self._param_groups_by_id: dict[int, dict[str, Any]] = {}
+        if self._momentum_share:
+            explicit = binding.config().momentum_correction != AUTO
+            if explicit and not any(group.get("momentum", 0) for group in self.param_groups):
+                warnings.warn(
+                    f"momentum_correction={self._momentum_share}: {type(self).__name__} keeps "
+                    "no momentum buffer (torch.optim.SGD or RMSprop with momentum > 0 do), so "
+                    "there is nothing to correct",
+                    stacklevel=3,
+                )
+            binding.follow_moves(self._take_momentum_share)
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
+
+    def _take_momentum_share(self, tensor: torch.Tensor, move: torch.Tensor, scale: float) -> None:
+        """A group average added ``scale * move`` to ``tensor``: if it is one of this
+        optimizer's parameters, its momentum buffer takes ``momentum_correction``'s share of
+        that move as if it were a step (the update is ``p -= lr * buffer``; ``share_at``)."""
+        group = self._group_of(tensor)
+        if group is None or not group.get("momentum", 0) or not float(group["lr"]) > 0:
+            return
+        buffer = self.state.get(tensor, {}).get("momentum_buffer")
+        if buffer is not None:
+            share = share_at(self._momentum_share, float(group["momentum"]))
+            buffer.sub_(move.to(buffer.dtype), alpha=share * scale / float(group["lr"]))
+
+    def _group_of(self, tensor: torch.Tensor) -> dict[str, Any] | None:
+        """The parameter group holding ``tensor`` (None for a buffer or another's tensor)."""
+        count = sum(len(group["params"]) for group in self.param_groups)
+        if len(self._param_groups_by_id) != count:  # first use, or add_param_group
+            self._param_groups_by_id = {
+                id(p): group for group in self.param_groups for p in group["params"]
+            }
+        return self._param_groups_by_id.get(id(tensor))
 
     def _count_pass(self, p: torch.Tensor) -> None:
         passes = self._passes.get(id(p), 0) + 1
