@@ -186,6 +186,30 @@ def prague(
     return accuracy, models.spread(), allreduce_time / outcome.time
 
 
+VARIANT_OPTIONS = (
+    "strategy",
+    "group_size",
+    "staleness",
+    "in_flight",
+    "weighting",
+    "momentum_correction",
+    "momentum",
+)
+
+
+def variant_options(variant: str) -> dict[str, str]:
+    """``prague/option=value/...`` as a dict; SystemExit for anything the model does not run."""
+    name, *parts = variant.split("/")
+    options = dict(part.partition("=")[::2] for part in parts)
+    unknown = sorted(set(options) - set(VARIANT_OPTIONS))
+    if name != "prague" or unknown or options.get("momentum", "local") not in ("local", "averaged"):
+        raise SystemExit(
+            f"--variants: cannot run {variant!r}: prague with /option=value parts of "
+            f"{', '.join(VARIANT_OPTIONS)} (momentum: local or averaged)"
+        )
+    return options
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, default=16)
@@ -202,7 +226,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     data = {k: torch.from_numpy(v) for k, v in mnist1d().items()}
-    variants = {v: dict(kv.split("=") for kv in v.split("/")[1:]) for v in a.variants.split(",")}
+    variants = {v: variant_options(v) for v in a.variants.split(",")}
     points: dict[str, list[float]] = {v: [] for v in variants}
     speedups: dict[str, list[float]] = {v: [] for v in variants}
     for seed in range(a.first_seed, a.first_seed + a.seeds):

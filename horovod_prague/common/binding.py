@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from . import diagnosis
-from .config import AUTO, PragueConfig
+from .config import PragueConfig
 from .group_generator import Owed, WorldGroup, holding_up
 from .overlap import GroupWaitTimeout, Overlap, OverlappedAverager, PendingAverage, awaiting
 from .protocol import CoordinatorTimeout
@@ -118,13 +118,17 @@ def _with_more(error: Exception, more: str) -> Exception:
         return error
 
 
+MoveFollower = Callable[[Any, Any, float], None]
+"""Told ``(tensor, move, scale)`` when a group average added ``scale * move`` to ``tensor``."""
+
+
 class Binding(abc.ABC):
     """Prague's API over one framework's Horovod module."""
 
     can_overlap = False
     """Whether ``start_average`` runs a group average in the background (else: blocking)."""
 
-    follows_moves = False
+    can_follow_moves = False
     """Whether the framework reports each group average's move of a tensor to the followers
     of ``follow_moves`` (what ``momentum_correction`` needs)."""
 
@@ -135,7 +139,7 @@ class Binding(abc.ABC):
     def __init__(self, hvd: ModuleType) -> None:
         self.hvd = hvd
         self._tracked: list[Callable[[], list[Any]]] = []
-        self._move_followers: list[Callable[[Any, Any, float], None]] = []
+        self._move_followers: dict[int, MoveFollower] = {}
         self._crashed = False
         self._init_call: InitCall | None = None
         self._new_job()
@@ -214,8 +218,7 @@ class Binding(abc.ABC):
             return
         first = self._init_call is None
         config = call.config
-        explicit = config.momentum_correction != AUTO
-        if explicit and float(config.momentum_correction) and not self.follows_moves:
+        if config.momentum_correction_set() and not self.can_follow_moves:
             raise ValueError(
                 f"momentum_correction: {type(self).__name__} cannot correct an optimizer's "
                 "momentum (PyTorch only so far); leave it at 0"
@@ -618,22 +621,31 @@ class Binding(abc.ABC):
         """
         self._tracked.append(tensors)
 
-    def follow_moves(self, follower: Callable[[Any, Any, float], None]) -> None:
-        """Have ``follower(tensor, move, scale)`` called whenever a group average adds
-        ``scale * move`` to a floating-point ``tensor`` (an optimizer's momentum takes its
-        share: ``momentum_correction``). World averages (syncs, consensus, the final one) are
-        not reported: they bring every rank to one model and leave the optimizers as they are.
+    def follow_moves(self, follower: MoveFollower, changes: object) -> None:
+        """Have ``follower(tensor, move, scale)`` called whenever a group average (of any
+        size, but not a ``WorldGroup`` or a consensus) adds ``scale * move`` to a
+        floating-point ``tensor``: an optimizer's momentum takes its share
+        (``momentum_correction``). World averages (syncs, consensus, the final one) are not
+        reported: they bring every rank to one model and leave the optimizers as they are.
+
+        ``changes`` is what the follower changes (an optimizer's state): a later follower of
+        the same replaces it, so two wrappers of one optimizer correct its buffers once. Like
+        ``track``, this keeps the follower for the binding's life.
         """
-        self._move_followers.append(follower)
+        self._move_followers[id(changes)] = follower
+
+    def follows_moves(self) -> bool:
+        """Whether any follower waits for moves (else the framework need not report them)."""
+        return bool(self._move_followers)
 
     def momentum_share(self) -> float:
         """The share of each group average's move an optimizer's momentum takes on this
         framework (``momentum_correction``; 0 where the framework cannot apply it)."""
-        return self.config().momentum_share(self.follows_moves)
+        return self.config().momentum_share(self.can_follow_moves)
 
     def moved(self, tensor: Any, move: Any, scale: float) -> None:
         """A framework's report that a group average added ``scale * move`` to ``tensor``."""
-        for follower in self._move_followers:
+        for follower in self._move_followers.values():
             follower(tensor, move, scale)
 
     def tracked(self) -> list[Any]:

@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 ENV_PREFIX = "HOROVOD_PRAGUE_"
@@ -119,7 +119,9 @@ class PragueConfig:
         if not 0 <= self.coordinator_port < 65536:
             raise ValueError(f"coordinator_port: must be in 0..65535, got {self.coordinator_port}")
 
-    def _auto_or_number(self, option: str, kind: type, expected: str) -> Any:
+    def _auto_or_number(
+        self, option: str, kind: Callable[[str], float], expected: str
+    ) -> float | None:
         """None for ``auto``; else the option's number, which it then holds in its normal
         form (``"01"`` becomes ``"1"``), or ValueError naming the option."""
         value = getattr(self, option)
@@ -167,6 +169,16 @@ class PragueConfig:
             return 2 if size <= SMALL_JOB and self.in_flight == 1 else 1
         return int(self.staleness)
 
+    def momentum_correction_set(self) -> bool:
+        """Whether a share other than 0 was asked for (not ``auto``).
+
+        >>> [PragueConfig(momentum_correction=v).momentum_correction_set() for v in ("0", "1")]
+        [False, True]
+        >>> PragueConfig().momentum_correction_set()
+        False
+        """
+        return self.momentum_correction != AUTO and float(self.momentum_correction) > 0
+
     def momentum_share(self, can_correct: bool) -> float:
         """The ``momentum_correction`` a framework that can (or cannot) apply it runs with.
 
@@ -198,10 +210,11 @@ class PragueConfig:
 def share_at(share: float, momentum: float) -> float:
     """``momentum_correction``'s share for an optimizer with this momentum coefficient.
 
-    A buffer that takes ``share * move / lr`` carries the model on by ``share / (1 -
-    momentum)`` times the move over the steps that follow. The share was measured at momentum
-    0.9 (2 times the move at 0.2); above it the share is scaled down so that the move carried
-    on stays what was measured, below it the share is kept (less is carried on).
+    A buffer that takes ``share * move / lr`` carries the model on by ``share * momentum /
+    (1 - momentum)`` times the move over the steps that follow. The share was measured at
+    momentum 0.9 (1.8 times the move at 0.2); above it the share is scaled down so that the
+    move carried on stays near what was measured, below it the share is kept (less is
+    carried on).
 
         >>> share_at(0.2, 0.9), share_at(0.2, 0.5), round(share_at(0.2, 0.99), 3)
         (0.2, 0.2, 0.02)

@@ -19,7 +19,7 @@ class TorchBinding(Binding):
     """Averages tensors, grouped by dtype, with one fused Horovod collective per dtype."""
 
     can_overlap = True
-    follows_moves = True
+    can_follow_moves = True
 
     def tensors(self, source: Any) -> list[torch.Tensor]:
         if isinstance(source, torch.nn.Module):
@@ -43,8 +43,8 @@ class TorchBinding(Binding):
             by_dtype.setdefault(t.dtype, []).append(t)
         weight = self.average_weight()
         timeout = self.config().timeout
-        followed = self._move_followers and share_of is not None  # a group's, not a world's
-        before = [t.detach().clone() if followed and _floating(t.dtype) else None for t in tensors]
+        followed = share_of is not None and self.follows_moves()  # a group's, not a world's
+        moves: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         for dtype, same in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             data = [t.data for t in same]
@@ -62,6 +62,7 @@ class TorchBinding(Binding):
                     else:
                         t.copy_(_narrow(_share(s, size, share_of), t.dtype))
             elif weight is None and overlap is None:
+                before = [t.clone() for t in data] if followed else []
                 wait(
                     _hvd.grouped_allreduce_async_(
                         data, op=_hvd.Average, name=tag, process_set=process_set
@@ -69,17 +70,23 @@ class TorchBinding(Binding):
                     timeout,
                     tag,
                 )
+                if followed:
+                    moves += [(t, d - b, 1.0) for t, d, b in zip(same, data, before, strict=True)]
             else:
                 handle = _average_async(_sent(data, weight, overlap), weight, tag, process_set)
                 results, scale = _received(wait(handle, timeout, tag), weight, overlap)
-                for t, r in zip(data, results, strict=True):
+                for original, t, r in zip(same, data, results, strict=True):
                     if scale == 1.0:
+                        if followed:
+                            moves.append((original, r - t, 1.0))
                         t.copy_(r)  # exactly the group's result: consensus is bit-identical
                     else:
-                        t.add_(r.sub_(t), alpha=scale)
-        for t, was in zip(tensors, before, strict=True):
-            if was is not None:
-                self.moved(t, t.detach() - was, 1.0)
+                        move = r.sub_(t)
+                        t.add_(move, alpha=scale)
+                        if followed:
+                            moves.append((original, move, scale))
+        for t, move, scale in moves:  # once every tensor is averaged
+            self.moved(t, move, scale)
 
     @torch.no_grad()
     def start_average(
@@ -93,7 +100,7 @@ class TorchBinding(Binding):
         pending = TorchPendingAverage(
             tensors, name, process_set, size, self.average_weight(), overlap
         )
-        if self._move_followers:
+        if self.follows_moves():
             pending.moved = self.moved
         return pending
 
@@ -153,6 +160,7 @@ class TorchPendingAverage(PendingAverage):
 
     @torch.no_grad()
     def apply(self) -> None:
+        moves: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         for indices, floating, handle in self.parts:
             results, scale = _hvd.synchronize(handle), 1.0
             if floating:
@@ -162,11 +170,13 @@ class TorchPendingAverage(PendingAverage):
                 if floating:
                     move = result.to(target.dtype).sub_(self.snapshots[i])
                     target.add_(move, alpha=scale)
-                    if self.moved is not None:
-                        self.moved(self.targets[i], move, scale)
+                    moves.append((self.targets[i], move, scale))
                 else:
                     share = _share(result, self.size, self.position)
                     target.copy_(_narrow(_wide(target) + share - self.snapshots[i], target.dtype))
+        if self.moved is not None:  # once every tensor is averaged
+            for target, move, scale in moves:
+                self.moved(target, move, scale)
 
 
 def _weighted(data: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]:

@@ -33,7 +33,7 @@ import torch
 
 from ..common.arguments import warn_ignored
 from ..common.binding import distinct
-from ..common.config import AUTO, share_at
+from ..common.config import share_at
 from .binding import _hvd, binding
 from .buffers import ModelFinder
 
@@ -43,6 +43,9 @@ STEP_WARNING = (
     "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code."
 )
 PRAGUE_STATE_KEY = "prague"
+MOMENTUM_BUFFER_OPTIMIZERS = (torch.optim.SGD, torch.optim.RMSprop)
+"""Optimizers whose ``momentum_buffer`` updates ``p -= lr * buffer``: ``momentum_correction``
+corrects theirs (``share_at``), and no other's."""
 TOO_MANY_PASSES = (
     "Gradients were computed more than backward_passes_per_step times before call to step(). "
     "Increase backward_passes_per_step to accumulate gradients locally."
@@ -70,18 +73,20 @@ class _PragueOptimizer(torch.optim.Optimizer):
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._count_pass)
         binding.track(self.prague_tensors)
-        self._momentum_share = binding.momentum_share()
+        self._param_groups_seen: tuple[int, ...] = ()
         self._param_groups_by_id: dict[int, dict[str, Any]] = {}
-        if self._momentum_share:
-            explicit = binding.config().momentum_correction != AUTO
-            if explicit and not any(group.get("momentum", 0) for group in self.param_groups):
-                warnings.warn(
-                    f"momentum_correction={self._momentum_share}: {type(self).__name__} keeps "
-                    "no momentum buffer (torch.optim.SGD or RMSprop with momentum > 0 do), so "
-                    "there is nothing to correct",
-                    stacklevel=3,
-                )
-            binding.follow_moves(self._take_momentum_share)
+        with_momentum = isinstance(self, MOMENTUM_BUFFER_OPTIMIZERS) and any(
+            group.get("momentum", 0) for group in [self.defaults, *self.param_groups]
+        )
+        if with_momentum:
+            binding.follow_moves(self._take_momentum_share, self.state)
+        elif binding.config().momentum_correction_set():
+            warnings.warn(
+                f"momentum_correction={binding.config().momentum_correction}: "
+                f"{type(self).__name__} keeps no momentum buffer for it to correct (it corrects "
+                "torch.optim.SGD's and RMSprop's with momentum > 0)",
+                stacklevel=3,
+            )
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
@@ -89,19 +94,24 @@ class _PragueOptimizer(torch.optim.Optimizer):
     def _take_momentum_share(self, tensor: torch.Tensor, move: torch.Tensor, scale: float) -> None:
         """A group average added ``scale * move`` to ``tensor``: if it is one of this
         optimizer's parameters, its momentum buffer takes ``momentum_correction``'s share of
-        that move as if it were a step (the update is ``p -= lr * buffer``; ``share_at``)."""
+        that move as if it were a step (SGD and RMSprop update ``p -= lr * buffer``;
+        ``share_at``)."""
         group = self._group_of(tensor)
-        if group is None or not group.get("momentum", 0) or not float(group["lr"]) > 0:
+        buffer = self.state.get(tensor, {}).get("momentum_buffer") if group else None
+        if buffer is None:
             return
-        buffer = self.state.get(tensor, {}).get("momentum_buffer")
-        if buffer is not None:
-            share = share_at(self._momentum_share, float(group["momentum"]))
-            buffer.sub_(move.to(buffer.dtype), alpha=share * scale / float(group["lr"]))
+        lr = float(group["lr"])
+        share = share_at(binding.momentum_share(), float(group.get("momentum", 0)))
+        if share > 0 and lr > 0:
+            buffer.sub_(move.to(buffer), alpha=share * scale / lr)
 
     def _group_of(self, tensor: torch.Tensor) -> dict[str, Any] | None:
-        """The parameter group holding ``tensor`` (None for a buffer or another's tensor)."""
-        count = sum(len(group["params"]) for group in self.param_groups)
-        if len(self._param_groups_by_id) != count:  # first use, or add_param_group
+        """The parameter group holding ``tensor`` (None for a buffer or another's tensor),
+        from the current groups: ``add_param_group`` adds one, ``load_state_dict`` replaces
+        them all (an elastic restore, a resumed checkpoint)."""
+        seen = tuple(map(id, self.param_groups))
+        if seen != self._param_groups_seen:
+            self._param_groups_seen = seen
             self._param_groups_by_id = {
                 id(p): group for group in self.param_groups for p in group["params"]
             }

@@ -35,6 +35,7 @@ class GroupCollectives:
         self.size = size
         self.sent: dict[str, list[tuple[str, list[np.ndarray]]]] = {}
         self.handles: list[str] = []
+        self.in_place: dict[int, list[torch.Tensor]] = {}
         self.changed = threading.Condition()
 
     def _send(self, name: str, op: str, tensors: list[np.ndarray]) -> None:
@@ -52,13 +53,20 @@ class GroupCollectives:
         self.handles.append(name)
         return len(self.handles) - 1
 
-    grouped_allreduce_async_ = grouped_allreduce_async
+    def grouped_allreduce_async_(self, tensors, op, name, process_set):  # noqa: ARG002
+        """In place, as Horovod's: ``synchronize`` writes the results into ``tensors``."""
+        handle = self.grouped_allreduce_async(tensors, op, name, process_set)
+        self.in_place[handle] = list(tensors)
+        return handle
 
     def poll(self, handle: int) -> bool:
         return len(self.sent[self.handles[handle]]) == self.size
 
     def synchronize(self, handle: int) -> list[torch.Tensor]:
-        return [torch.from_numpy(r) for r in self._reduced(self.handles[handle])]
+        results = [torch.from_numpy(r) for r in self._reduced(self.handles[handle])]
+        for t, r in zip(self.in_place.pop(handle, []), results, strict=False):
+            t.copy_(r)
+        return results
 
     def grouped_allreduce(self, tensors, op, name, process_set):  # noqa: ARG002
         import tensorflow as tf

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import types
+import warnings
 
 import pytest
 import torch
@@ -13,20 +14,47 @@ from horovod_prague.common.binding import Binding
 from horovod_prague.common.config import MOMENTUM_CORRECTION, PragueConfig
 from horovod_prague.common.overlap import Overlap
 from horovod_prague.torch import binding as torch_binding
-from horovod_prague.torch.optimizer import _PragueOptimizer
+from horovod_prague.torch import optimizer as optimizer_module
 
 from .test_integer_buffers import GroupCollectives, _apply, _member
 
 
-def _optimizer(param: torch.Tensor, share: float, lr: float = 0.5) -> torch.optim.Optimizer:
-    """SGD with momentum as ``DistributedOptimizer`` makes it, without a job: one step taken
-    on gradient 1, so its momentum buffer holds 1."""
-    cls = type("SGD", (_PragueOptimizer, torch.optim.SGD), {})
-    opt = cls([param], lr=lr, momentum=0.9)
-    opt._momentum_share = share
-    opt._param_groups_by_id = {}
+class Job(torch_binding.TorchBinding):
+    """The torch binding of a job with these options, Horovod stood in for."""
+
+    def __init__(self, hvd: object, **options: str) -> None:
+        super().__init__(hvd)  # type: ignore[arg-type]
+        self.options = PragueConfig(**options, timeout=10.0)
+
+    def config(self) -> PragueConfig:
+        return self.options
+
+    def average_weight(self) -> float:
+        return 1.0
+
+
+@pytest.fixture
+def job(monkeypatch):
+    """Make the job the optimizers' binding: ``job(momentum_correction="0.3")``."""
+
+    def make(**options: str) -> Job:
+        hvd = GroupCollectives(2)
+        monkeypatch.setattr(torch_binding, "_hvd", hvd)
+        made = Job(hvd, **options)
+        monkeypatch.setattr(optimizer_module, "binding", made)
+        return made
+
+    return make
+
+
+def _optimizer(param: torch.Tensor, cls=torch.optim.SGD, **options) -> torch.optim.Optimizer:
+    """``cls`` wrapped as ``DistributedOptimizer`` wraps it, after one local step on gradient 1
+    (SGD's momentum buffer then holds 1)."""
+    wrapped = type(cls.__name__, (optimizer_module._PragueOptimizer, cls), {})
+    opt = wrapped([param], **options)
+    opt._prague_setup(1, None, None)
     param.grad = torch.ones_like(param)
-    torch.optim.SGD.step(opt)
+    cls.step(opt)
     return opt
 
 
@@ -35,24 +63,18 @@ def _buffer(opt: torch.optim.Optimizer, param: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(("flag", "scale"), [(False, 1.0), (True, 0.5)])
-def test_an_overlapped_average_moves_the_momentum_by_its_share_of_the_move(
-    flag, scale, monkeypatch
-):
+def test_an_overlapped_average_moves_the_momentum_by_its_share_of_the_move(job, flag, scale):
     """Two members, 4 apart, average; each then steps on: the parameter moves by the group
     mean minus its snapshot (times the agreed damping), the buffer by ``-share * move / lr``."""
-    hvd = GroupCollectives(2)
-    monkeypatch.setattr(torch_binding, "_hvd", hvd)
+    shared = job(momentum_correction="0.3")
     params = [torch.full((3,), 0.0), torch.full((3,), 4.0)]
-    opts = [_optimizer(p, share=0.3) for p in params]
+    opts = [_optimizer(p, lr=0.5, momentum=0.9) for p in params]
     snapshots = [p.clone() for p in params]
     buffers_before = [_buffer(o, p).clone() for o, p in zip(opts, params, strict=True)]
-    pending = []
-    for position, (p, o) in enumerate(zip(params, opts, strict=True)):
-        average = torch_binding.TorchPendingAverage(
-            [p], "g", _member(position), 2, overlap=Overlap(flag, 0.5)
-        )
-        average.moved = o._take_momentum_share
-        pending.append(average)
+    pending = [
+        shared.start_average([p], "g", _member(position), 2, Overlap(flag, 0.5))
+        for position, p in enumerate(params)
+    ]
     for p in params:
         p += 1.0  # a step taken while the average runs
     _apply(pending)
@@ -63,66 +85,124 @@ def test_an_overlapped_average_moves_the_momentum_by_its_share_of_the_move(
         torch.testing.assert_close(_buffer(o, p), before - 0.3 * scale * move / 0.5)
 
 
-def test_above_the_measured_momentum_the_share_is_scaled_down():
+def test_auto_corrects_by_the_default_share(job):
+    job()
+    param = torch.zeros(2)
+    opt = _optimizer(param, lr=0.5, momentum=0.9)
+    optimizer_module.binding.moved(param, torch.ones(2), 1.0)
+    torch.testing.assert_close(_buffer(opt, param), torch.ones(2) - MOMENTUM_CORRECTION / 0.5)
+
+
+def test_above_the_measured_momentum_the_share_is_scaled_down(job):
     """At momentum 0.99 the buffer keeps a move going ten times longer than at 0.9: it takes
     a tenth of the share, so the move carried on stays what was measured."""
+    job(momentum_correction="0.2")
     param = torch.zeros(2)
-    cls = type("SGD", (_PragueOptimizer, torch.optim.SGD), {})
-    opt = cls([param], lr=0.5, momentum=0.99)
-    opt._momentum_share, opt._param_groups_by_id = 0.2, {}
-    param.grad = torch.ones(2)
-    torch.optim.SGD.step(opt)
-    opt._take_momentum_share(param, torch.ones(2), 1.0)
+    opt = _optimizer(param, lr=0.5, momentum=0.99)
+    optimizer_module.binding.moved(param, torch.ones(2), 1.0)
     torch.testing.assert_close(_buffer(opt, param), torch.full((2,), 1.0 - 0.02 / 0.5))
 
 
-def test_without_a_share_or_momentum_nothing_but_the_parameter_moves():
+def test_a_share_of_0_corrects_nothing(job):
+    job(momentum_correction="0")
     param = torch.zeros(2)
-    opt = _optimizer(param, share=0.0)
-    opt._take_momentum_share(param, torch.ones(2), 1.0)
+    opt = _optimizer(param, lr=0.5, momentum=0.9)
+    optimizer_module.binding.moved(param, torch.ones(2), 1.0)
     torch.testing.assert_close(_buffer(opt, param), torch.ones(2))
-    plain = torch.zeros(2)
-    cls = type("SGD", (_PragueOptimizer, torch.optim.SGD), {})
-    no_momentum = cls([plain], lr=0.1)
-    no_momentum._momentum_share, no_momentum._param_groups_by_id = 0.3, {}
-    plain.grad = torch.ones(2)
-    torch.optim.SGD.step(no_momentum)
-    no_momentum._take_momentum_share(plain, torch.ones(2), 1.0)  # nothing to correct
-    assert no_momentum.state[plain].get("momentum_buffer") is None
 
 
-def test_a_tensor_that_is_not_the_optimizers_parameter_is_left_alone():
+@pytest.mark.parametrize(
+    ("cls", "options"),
+    [(torch.optim.SGD, {"lr": 0.1}), (torch.optim.Adam, {"lr": 0.1})],
+    ids=["sgd-without-momentum", "adam"],
+)
+def test_an_optimizer_without_a_momentum_buffer_does_not_follow_and_says_so_if_asked(
+    job, cls, options
+):
+    job()  # auto: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _optimizer(torch.zeros(2), cls, **options)
+    assert not optimizer_module.binding.follows_moves()
+    job(momentum_correction="0.3")
+    with pytest.warns(UserWarning, match="keeps no momentum buffer for it to correct"):
+        _optimizer(torch.zeros(2), cls, **options)
+    assert not optimizer_module.binding.follows_moves()
+
+
+def test_a_tensor_that_is_not_the_optimizers_parameter_is_left_alone(job):
     """A buffer (BatchNorm's statistics) or another optimizer's parameter: no entry made."""
+    job(momentum_correction="0.3")
     param, other = torch.zeros(2), torch.zeros(2)
-    opt = _optimizer(param, share=0.3)
-    opt._take_momentum_share(other, torch.ones(2), 1.0)
+    opt = _optimizer(param, lr=0.5, momentum=0.9)
+    optimizer_module.binding.moved(other, torch.ones(2), 1.0)
     assert other not in opt.state
     torch.testing.assert_close(_buffer(opt, param), torch.ones(2))
 
 
-def test_a_parameter_group_added_later_is_corrected_too():
+def test_groups_added_or_loaded_later_are_corrected_with_their_own_learning_rate(job):
+    """``add_param_group`` adds a group; ``load_state_dict`` (an elastic restore) replaces
+    every group, and a scheduler then changes the new ones' learning rate."""
+    job(momentum_correction="0.5")
     first, later = torch.zeros(2), torch.zeros(2)
-    opt = _optimizer(first, share=0.5)
+    opt = _optimizer(first, lr=0.5, momentum=0.9)
     opt.add_param_group({"params": [later], "lr": 0.25})
     later.grad = torch.ones(2)
     torch.optim.SGD.step(opt)
-    opt._take_momentum_share(later, torch.ones(2), 1.0)
-    torch.testing.assert_close(_buffer(opt, later), torch.ones(2) - 0.5 * 1.0 / 0.25)
+    optimizer_module.binding.moved(later, torch.ones(2), 1.0)
+    torch.testing.assert_close(_buffer(opt, later), torch.ones(2) - 0.5 / 0.25)
+    opt.load_state_dict(opt.state_dict())
+    opt.param_groups[0]["lr"] = 0.1
+    before = _buffer(opt, first).clone()
+    optimizer_module.binding.moved(first, torch.ones(2), 1.0)
+    torch.testing.assert_close(_buffer(opt, first), before - 0.5 / 0.1)
 
 
-def _blocking_average(share_of: int | None, monkeypatch) -> list[list[torch.Tensor]]:
-    """Two members average blocking, weighted, on threads; what each one's follower heard."""
+def test_two_wrappers_of_one_optimizer_correct_its_buffers_once(job):
+    job(momentum_correction="0.5")
+    param = torch.zeros(2)
+    opt = _optimizer(param, lr=0.5, momentum=0.9)
+    again = type(opt).__new__(type(opt))
+    again.__dict__.update(opt.__dict__)  # as DistributedOptimizer copies the optimizer's state
+    again._prague_setup(1, None, None)
+    optimizer_module.binding.moved(param, torch.ones(2), 1.0)
+    torch.testing.assert_close(_buffer(opt, param), torch.ones(2) - 0.5 / 0.5)
+
+
+class Heard:
+    def __init__(self) -> None:
+        self.moves: list[torch.Tensor] = []
+
+    def __call__(self, tensor: torch.Tensor, move: torch.Tensor, scale: float) -> None:
+        self.moves.append(move * scale)
+
+
+@pytest.mark.parametrize("weighting", ["progress", "equal"])
+@pytest.mark.parametrize("share_of", [0, None], ids=["group", "world"])
+def test_a_blocking_group_average_reports_each_members_move_and_a_world_average_none(
+    monkeypatch, weighting, share_of
+):
+    """Two members at (0, 2, 7) and (4, 2, 7), with an integer counter: only the floating
+    tensor's move is reported, and only for a group's average (``share_of``)."""
     hvd = GroupCollectives(2)
     monkeypatch.setattr(torch_binding, "_hvd", hvd)
-    heard: list[list[torch.Tensor]] = [[], []]
+    heard = [Heard(), Heard()]
     values = [torch.tensor([0.0, 2.0]), torch.tensor([4.0, 2.0])]
+    counters = [torch.tensor(7), torch.tensor(7)]
 
     def member(position: int) -> None:
-        b = torch_binding.TorchBinding(hvd)
-        b.average_weight = lambda: 1.0  # type: ignore[method-assign]
-        b.config = lambda: types.SimpleNamespace(timeout=10.0)  # type: ignore[method-assign]
-        b.follow_moves(lambda t, move, scale: heard[position].append(move * scale))
-        b.average([values[position]], "g", _member(position), 2, None, share_of and position)
+        b = Job(hvd)
+        if weighting == "equal":
+            b.average_weight = lambda: None  # type: ignore[method-assign]
+        b.follow_moves(heard[position], heard[position])
+        b.average(
+            [values[position], counters[position]],
+            "g",
+            _member(position),
+            2,
+            None,
+            None if share_of is None else position,
+        )
 
     threads = [threading.Thread(target=member, args=(p,)) for p in range(2)]
     for t in threads:
@@ -131,17 +211,11 @@ def _blocking_average(share_of: int | None, monkeypatch) -> list[list[torch.Tens
         t.join(20)
     for v in values:
         torch.testing.assert_close(v, torch.tensor([2.0, 2.0]))
-    return heard
-
-
-def test_a_blocking_group_average_reports_each_members_move(monkeypatch):
-    heard = _blocking_average(share_of=1, monkeypatch=monkeypatch)
-    torch.testing.assert_close(heard[0], [torch.tensor([2.0, 0.0])])
-    torch.testing.assert_close(heard[1], [torch.tensor([-2.0, 0.0])])
-
-
-def test_a_world_average_leaves_the_momentum_alone(monkeypatch):
-    assert _blocking_average(share_of=None, monkeypatch=monkeypatch) == [[], []]
+    if share_of is None:
+        assert [h.moves for h in heard] == [[], []]
+    else:
+        torch.testing.assert_close(heard[0].moves, [torch.tensor([2.0, 0.0])])
+        torch.testing.assert_close(heard[1].moves, [torch.tensor([-2.0, 0.0])])
 
 
 def test_a_framework_that_cannot_follow_moves_refuses_the_option_at_init():
