@@ -101,6 +101,11 @@ class ScalarModels:
         return statistics.mean(self.variances[len(self.variances) // 5 :])  # past the start
 
 
+def allreduce_time(factors: list[list[float]], steps: int, comm: float) -> float:
+    """All-Reduce's time for ``steps`` steps: each as slow as its slowest rank, plus ``comm``."""
+    return sum(max(row[j] for row in factors) + comm for j in range(steps))
+
+
 def accepts(strategy: str, group_size: int, topology: Topology) -> bool:
     """Whether ``strategy`` can run groups of ``group_size`` on ``topology``."""
     try:
@@ -270,7 +275,7 @@ def main() -> None:
     for seed in range(a.seeds):
         plan = schedule(a.scenario, a.ranks, a.steps, seed)
         f = plan.factors
-        allreduce = sum(max(row[j] for row in f) + allreduce_comm for j in range(a.steps))
+        allreduce = allreduce_time(f, a.steps, allreduce_comm)
         rows["bound"].append((plan.bound, 0.0, 0.0, float("nan"), float("nan")))
         for strategy, g in itertools.product(
             a.strategies.split(","), map(int, a.group_sizes.split(","))

@@ -34,14 +34,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from sim_overlap import run
+from sim_overlap import allreduce_time, run
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from horovod_prague.bench.torch_trainer import cnn
 from horovod_prague.bench.worker import Batches
 from horovod_prague.bench.workload import SAMPLING, SCENARIOS, mnist1d, schedule
-from horovod_prague.common.config import LARGE_JOB, PragueConfig, share_at
+from horovod_prague.common.config import PragueConfig, share_at
 
 LR, MOMENTUM, BATCH = 0.1, 0.9, 64
 """``prague-bench``'s defaults (``worker.workload_arguments``, ``torch_trainer``)."""
@@ -155,7 +155,6 @@ def prague(
         weighting=variant.get("weighting", "progress"),
         momentum_correction=variant.get("momentum_correction", "auto"),
     )
-    group_size = config.group_size or (4 if a.ranks >= LARGE_JOB else 2)
     models = TrainedModels(
         net,
         a.ranks,
@@ -167,7 +166,7 @@ def prague(
     )
     plan = schedule(a.scenario, a.ranks, a.steps, seed)
     allreduce_comm = a.comm if a.allreduce_comm is None else a.allreduce_comm
-    allreduce_time = sum(max(f[j] for f in plan.factors) + allreduce_comm for j in range(a.steps))
+    allreduce = allreduce_time(plan.factors, a.steps, allreduce_comm)
     outcome = run(
         plan.factors,
         plan.own_pace_steps,
@@ -179,11 +178,11 @@ def prague(
         True,
         a.nodes,
         a.local_comm,
-        group_size,
+        config.group_size,  # 0: the strategy picks, as in a job
         models,
     )
     accuracy = net.accuracy(models.world_average())
-    return accuracy, models.spread(), allreduce_time / outcome.time
+    return accuracy, models.spread(), allreduce / outcome.time
 
 
 VARIANT_OPTIONS = (
