@@ -161,7 +161,7 @@ def prague(
         a.sampling,
         seed,
         config.weighting,
-        share_at(config.momentum_share(True), MOMENTUM),
+        share_at(config.momentum_share(), MOMENTUM),
         variant.get("momentum", "local") == "averaged",
     )
     plan = schedule(a.scenario, a.ranks, a.steps, seed)

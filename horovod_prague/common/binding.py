@@ -128,10 +128,6 @@ class Binding(abc.ABC):
     can_overlap = False
     """Whether ``start_average`` runs a group average in the background (else: blocking)."""
 
-    can_follow_moves = False
-    """Whether the framework reports each group average's move of a tensor to the followers
-    of ``follow_moves`` (what ``momentum_correction`` needs)."""
-
     starts_in_init = True
     """Whether ``init`` starts Prague (``PragueRuntime.start``: Horovod collectives, so
     framework ops) or leaves it to the first Prague call or guarded collective."""
@@ -218,11 +214,6 @@ class Binding(abc.ABC):
             return
         first = self._init_call is None
         config = call.config
-        if config.momentum_correction_set() and not self.can_follow_moves:
-            raise ValueError(
-                f"momentum_correction: {type(self).__name__} cannot correct an optimizer's "
-                "momentum (PyTorch only so far); leave it at 0"
-            )
         horovod_kwargs: dict[str, Any] = {"process_sets": process_sets}
         if comm is not None:
             horovod_kwargs["comm"] = comm
@@ -634,14 +625,30 @@ class Binding(abc.ABC):
         """
         self._move_followers[id(changes)] = follower
 
+    def follow_momentum(
+        self, follower: MoveFollower | None, changes: object, optimizer: str, corrected: str
+    ) -> None:
+        """Follow the moves with ``follower``, the momentum correction of an ``optimizer``
+        (its class name) that changes ``changes`` (``follow_moves``). None: it keeps no
+        momentum the framework can correct, and an explicit ``momentum_correction`` warns,
+        saying which the framework corrects (``corrected``)."""
+        if follower is not None:
+            self.follow_moves(follower, changes)
+        elif self.config().momentum_correction_set():
+            warnings.warn(
+                f"momentum_correction={self.config().momentum_correction}: {optimizer} keeps "
+                f"no momentum for it to correct (it corrects {corrected} with momentum > 0)",
+                stacklevel=4,
+            )
+
     def follows_moves(self) -> bool:
         """Whether any follower waits for moves (else the framework need not report them)."""
         return bool(self._move_followers)
 
     def momentum_share(self) -> float:
-        """The share of each group average's move an optimizer's momentum takes on this
-        framework (``momentum_correction``; 0 where the framework cannot apply it)."""
-        return self.config().momentum_share(self.can_follow_moves)
+        """The share of each group average's move an optimizer's momentum takes
+        (``momentum_correction``)."""
+        return self.config().momentum_share()
 
     def moved(self, tensor: Any, move: Any, scale: float) -> None:
         """A framework's report that a group average added ``scale * move`` to ``tensor``."""

@@ -32,11 +32,10 @@ smaller ones in pairs: on 4 hosts x 4 ranks under the random slowdown, groups of
 to 2.5 points of accuracy closer to All-Reduce's than pairs, about 10% slower; at n = 8 pairs
 were level with All-Reduce (docs/results.md, *Groups of 4 from 16 ranks*)."""
 MOMENTUM_CORRECTION = 0.2
-"""``momentum_correction=auto`` on a framework that can apply it (PyTorch): in the
-benchmark's model of 16 ranks, each on a fixed shard, it took the accuracy gap to All-Reduce
-from 2.8 to 0.5 points (8 seeds), and left it where it was with shards drawn anew each pass;
-0.3 did as well on fixed shards and less well on redrawn ones (docs/results.md, *The
-momentum takes its share of the averages*)."""
+"""``momentum_correction=auto``: in the benchmark's model of 16 ranks, each on a fixed shard,
+it took the accuracy gap to All-Reduce from 2.8 to 0.5 points (8 seeds), and left it where it
+was with shards drawn anew each pass; 0.3 did as well on fixed shards and less well on
+redrawn ones (docs/results.md, *The momentum takes its share of the averages*)."""
 MEASURED_MOMENTUM = 0.9
 """The momentum coefficient ``momentum_correction`` was measured with (``share_at``)."""
 STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
@@ -62,11 +61,10 @@ HELP = {
     "weighting": "how an average weighs its members' models: progress, each by the number "
     "of steps its rank has taken (a straggler's model pulls its partners back less); or "
     "equal, the plain mean",
-    "momentum_correction": "SGD or RMSprop with momentum (PyTorch): the share of each group "
-    "average's move of a parameter that its momentum buffer takes too, as if the move had "
-    "been a step, so a rank's momentum stops pulling its model back toward its own data; "
-    f"from 0 (off) to 1; auto: {MOMENTUM_CORRECTION} where the framework can (PyTorch), "
-    "else 0",
+    "momentum_correction": "SGD or RMSprop with momentum (PyTorch, tf-keras): the share of "
+    "each group average's move of a parameter that its momentum buffer takes too, as if the "
+    "move had been a step, so a rank's momentum stops pulling its model back toward its own "
+    f"data; from 0 (off) to 1; auto: {MOMENTUM_CORRECTION}",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
 }
@@ -179,16 +177,14 @@ class PragueConfig:
         """
         return self.momentum_correction != AUTO and float(self.momentum_correction) > 0
 
-    def momentum_share(self, can_correct: bool) -> float:
-        """The ``momentum_correction`` a framework that can (or cannot) apply it runs with.
+    def momentum_share(self) -> float:
+        """The share ``momentum_correction`` sets (``auto``: ``MOMENTUM_CORRECTION``).
 
-        >>> PragueConfig().momentum_share(True), PragueConfig().momentum_share(False)
-        (0.2, 0.0)
-        >>> PragueConfig(momentum_correction="0.5").momentum_share(True)
-        0.5
+        >>> [PragueConfig(momentum_correction=v).momentum_share() for v in ("auto", "0.5")]
+        [0.2, 0.5]
         """
         if self.momentum_correction == AUTO:
-            return MOMENTUM_CORRECTION if can_correct else 0.0
+            return MOMENTUM_CORRECTION
         return float(self.momentum_correction)
 
     def agreed(self) -> dict[str, Any]:

@@ -74,6 +74,8 @@ class TensorflowBinding(Binding):
         share_of: int | None = None,
     ) -> None:
         timeout = self.config().timeout
+        followed = share_of is not None and self.follows_moves()  # a group's, not a world's
+        moves: list[tuple[tf.Variable, tf.Tensor, float]] = []
         for part in _by_dtype(variables, name, self.average_weight(), overlap):
             # Horovod's eager TensorFlow collective blocks with no deadline: wait with one.
             reduced = call_with_deadline(
@@ -83,10 +85,14 @@ class TensorflowBinding(Binding):
             )
             averages, scale = part.received(reduced, size, share_of)
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
+                if followed and part.floating:
+                    moves.append((v, a - snapshot, scale))
                 if scale == 1.0:
                     v.assign(a)  # exactly the group's result: consensus is bit-identical
                 else:
                     v.assign_add(tf.cast(scale, v.dtype) * (a - snapshot))
+        for v, move, scale in moves:  # once every variable is averaged
+            self.moved(v, move, scale)
 
     def start_average(
         self,
@@ -96,9 +102,12 @@ class TensorflowBinding(Binding):
         size: int,
         overlap: Overlap | None = None,
     ) -> PendingAverage:
-        return TensorflowPendingAverage(
+        pending = TensorflowPendingAverage(
             variables, name, process_set, size, self.average_weight(), overlap
         )
+        if self.follows_moves():
+            pending.moved = self.moved
+        return pending
 
     def start(self, runtime: Any) -> None:
         with tf.init_scope():  # eagerly, also when first called while a function is traced
@@ -262,6 +271,8 @@ class TensorflowPendingAverage(PendingAverage):
         overlap: Overlap | None = None,
     ) -> None:
         self.size = size
+        self.moved: Callable[[tf.Variable, tf.Tensor, float], None] | None = None
+        """Told what ``apply`` adds to each floating-point variable (``Binding.moved``)."""
         self.parts = _by_dtype(variables, name, weight, overlap)
         self.position = 0 if all(p.floating for p in self.parts) else process_set.rank()
         self.call = BackgroundCall(lambda: [part.reduce(process_set) for part in self.parts])
@@ -271,6 +282,7 @@ class TensorflowPendingAverage(PendingAverage):
 
     def apply(self) -> None:
         reduced = self.call.result(0.0, lambda: "apply() before the average completed")
+        moves: list[tuple[tf.Variable, tf.Tensor, float]] = []
         for part, results in zip(self.parts, reduced, strict=True):
             if not part.floating:
                 for v, snapshot, summed in zip(part.variables, part.values, results, strict=True):
@@ -279,7 +291,12 @@ class TensorflowPendingAverage(PendingAverage):
                 continue
             averages, scale = part.received(results, self.size)
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
-                v.assign_add(tf.cast(scale, v.dtype) * (a - snapshot))
+                move = a - snapshot
+                v.assign_add(tf.cast(scale, v.dtype) * move)
+                moves.append((v, move, scale))
+        if self.moved is not None:  # once every variable is averaged
+            for v, move, scale in moves:
+                self.moved(v, move, scale)
 
 
 def _share(summed: tf.Tensor, size: int, position: int) -> tf.Tensor:

@@ -19,7 +19,6 @@ class TorchBinding(Binding):
     """Averages tensors, grouped by dtype, with one fused Horovod collective per dtype."""
 
     can_overlap = True
-    can_follow_moves = True
 
     def tensors(self, source: Any) -> list[torch.Tensor]:
         if isinstance(source, torch.nn.Module):

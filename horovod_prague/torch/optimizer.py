@@ -78,15 +78,12 @@ class _PragueOptimizer(torch.optim.Optimizer):
         with_momentum = isinstance(self, MOMENTUM_BUFFER_OPTIMIZERS) and any(
             group.get("momentum", 0) for group in [self.defaults, *self.param_groups]
         )
-        if with_momentum:
-            binding.follow_moves(self._take_momentum_share, self.state)
-        elif binding.config().momentum_correction_set():
-            warnings.warn(
-                f"momentum_correction={binding.config().momentum_correction}: "
-                f"{type(self).__name__} keeps no momentum buffer for it to correct (it corrects "
-                "torch.optim.SGD's and RMSprop's with momentum > 0)",
-                stacklevel=3,
-            )
+        binding.follow_momentum(
+            self._take_momentum_share if with_momentum else None,
+            self.state,
+            type(self).__name__,
+            "torch.optim.SGD and RMSprop",
+        )
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]

@@ -4,8 +4,10 @@ move of a parameter. Horovod's collectives stood in for; no job."""
 from __future__ import annotations
 
 import threading
-import types
 import warnings
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -19,32 +21,44 @@ from horovod_prague.torch import optimizer as optimizer_module
 from .test_integer_buffers import GroupCollectives, _apply, _member
 
 
-class Job(torch_binding.TorchBinding):
-    """The torch binding of a job with these options, Horovod stood in for."""
+def configured(base: type[Binding]) -> type[Binding]:
+    """``base``, a framework's binding, as a job with the options it is made with
+    (``Job(hvd, momentum_correction="0.3")``), Horovod stood in for by ``hvd``."""
 
-    def __init__(self, hvd: object, **options: str) -> None:
-        super().__init__(hvd)  # type: ignore[arg-type]
-        self.options = PragueConfig(**options, timeout=10.0)
+    class Job(base):  # type: ignore[misc, valid-type]
+        def __init__(self, hvd: object, **options: str) -> None:
+            super().__init__(hvd)
+            self.options = PragueConfig(**options, timeout=10.0)
 
-    def config(self) -> PragueConfig:
-        return self.options
+        def config(self) -> PragueConfig:
+            return self.options
 
-    def average_weight(self) -> float:
-        return 1.0
+        def average_weight(self) -> float:
+            return 1.0
+
+    return Job
 
 
-@pytest.fixture
-def job(monkeypatch):
-    """Make the job the optimizers' binding: ``job(momentum_correction="0.3")``."""
+def job_fixture(binding_module: ModuleType, followers_module: ModuleType) -> Any:
+    """A fixture that makes a job, of ``binding_module``'s binding, the binding whose moves
+    ``followers_module``'s optimizers follow: ``job(momentum_correction="0.3")``."""
 
-    def make(**options: str) -> Job:
-        hvd = GroupCollectives(2)
-        monkeypatch.setattr(torch_binding, "_hvd", hvd)
-        made = Job(hvd, **options)
-        monkeypatch.setattr(optimizer_module, "binding", made)
-        return made
+    @pytest.fixture
+    def job(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Binding]:
+        def make(**options: str) -> Binding:
+            hvd = GroupCollectives(2)
+            monkeypatch.setattr(binding_module, "_hvd", hvd)
+            made = configured(type(binding_module.binding))(hvd, **options)
+            monkeypatch.setattr(followers_module, "binding", made)
+            return made
 
-    return make
+        return make
+
+    return job
+
+
+Job = configured(torch_binding.TorchBinding)
+job = job_fixture(torch_binding, optimizer_module)
 
 
 def _optimizer(param: torch.Tensor, cls=torch.optim.SGD, **options) -> torch.optim.Optimizer:
@@ -125,7 +139,7 @@ def test_an_optimizer_without_a_momentum_buffer_does_not_follow_and_says_so_if_a
         _optimizer(torch.zeros(2), cls, **options)
     assert not optimizer_module.binding.follows_moves()
     job(momentum_correction="0.3")
-    with pytest.warns(UserWarning, match="keeps no momentum buffer for it to correct"):
+    with pytest.warns(UserWarning, match="keeps no momentum for it to correct"):
         _optimizer(torch.zeros(2), cls, **options)
     assert not optimizer_module.binding.follows_moves()
 
@@ -169,6 +183,32 @@ def test_two_wrappers_of_one_optimizer_correct_its_buffers_once(job):
     torch.testing.assert_close(_buffer(opt, param), torch.ones(2) - 0.5 / 0.5)
 
 
+def blocking_averages(
+    job: type[Binding],
+    hvd: GroupCollectives,
+    tensors: list[list[Any]],
+    heard: list[Any],
+    share_of: int | None,
+    prepare: Callable[[Binding], None] = lambda b: None,
+) -> None:
+    """Each member, on its own thread and with its own job following the moves with its
+    ``heard``, runs one blocking average of its ``tensors``: a group's (its position as
+    ``share_of``) unless ``share_of`` is None (a world's)."""
+
+    def member(position: int) -> None:
+        b = job(hvd)
+        prepare(b)
+        b.follow_moves(heard[position], heard[position])
+        share = None if share_of is None else position
+        b.average(tensors[position], "g", _member(position), len(tensors), None, share)
+
+    threads = [threading.Thread(target=member, args=(p,)) for p in range(len(tensors))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+
+
 class Heard:
     def __init__(self) -> None:
         self.moves: list[torch.Tensor] = []
@@ -190,25 +230,13 @@ def test_a_blocking_group_average_reports_each_members_move_and_a_world_average_
     values = [torch.tensor([0.0, 2.0]), torch.tensor([4.0, 2.0])]
     counters = [torch.tensor(7), torch.tensor(7)]
 
-    def member(position: int) -> None:
-        b = Job(hvd)
+    def equal(b: Binding) -> None:
         if weighting == "equal":
             b.average_weight = lambda: None  # type: ignore[method-assign]
-        b.follow_moves(heard[position], heard[position])
-        b.average(
-            [values[position], counters[position]],
-            "g",
-            _member(position),
-            2,
-            None,
-            None if share_of is None else position,
-        )
 
-    threads = [threading.Thread(target=member, args=(p,)) for p in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
+    blocking_averages(
+        Job, hvd, [[v, c] for v, c in zip(values, counters, strict=True)], heard, share_of, equal
+    )
     for v in values:
         torch.testing.assert_close(v, torch.tensor([2.0, 2.0]))
     if share_of is None:
@@ -218,26 +246,12 @@ def test_a_blocking_group_average_reports_each_members_move_and_a_world_average_
         torch.testing.assert_close(heard[1].moves, [torch.tensor([-2.0, 0.0])])
 
 
-def test_a_framework_that_cannot_follow_moves_refuses_the_option_at_init():
-    class NoFollowing(Binding):
-        def tensors(self, source):
-            return list(source)
-
-        def average(self, tensors, name, process_set, size, overlap=None, share_of=None):
-            raise AssertionError("no average here")
-
-    binding = NoFollowing(types.SimpleNamespace())
-    with pytest.raises(ValueError, match="momentum_correction: NoFollowing cannot correct"):
-        binding.init(momentum_correction="0.2")
-
-
-def test_auto_is_a_share_where_the_framework_can_apply_it_and_none_elsewhere():
-    assert PragueConfig().momentum_share(True) == MOMENTUM_CORRECTION > 0
-    assert PragueConfig().momentum_share(False) == 0.0
-    assert PragueConfig(momentum_correction="0").momentum_share(True) == 0.0
+def test_auto_is_the_measured_share_and_zero_turns_it_off():
+    assert PragueConfig().momentum_share() == MOMENTUM_CORRECTION > 0
+    assert PragueConfig(momentum_correction="0").momentum_share() == 0.0
     assert PragueConfig.from_sources(
         env={"HOROVOD_PRAGUE_MOMENTUM_CORRECTION": "0.5"}
-    ).momentum_share(True) == pytest.approx(0.5)
+    ).momentum_share() == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize(
