@@ -626,19 +626,27 @@ class Binding(abc.ABC):
         self._move_followers[id(changes)] = follower
 
     def follow_momentum(
-        self, follower: MoveFollower | None, changes: object, optimizer: str, corrected: str
+        self,
+        follower: MoveFollower | None,
+        changes: object,
+        name: str,
+        corrected: str,
+        stacklevel: int = 1,
     ) -> None:
-        """Follow the moves with ``follower``, the momentum correction of an ``optimizer``
-        (its class name) that changes ``changes`` (``follow_moves``). None: it keeps no
-        momentum the framework can correct, and an explicit ``momentum_correction`` warns,
-        saying which the framework corrects (``corrected``)."""
+        """Follow the moves with ``follower``, the momentum correction of an optimizer (its
+        class ``name``) that changes ``changes`` (``follow_moves``), unless the share is 0.
+        None: the optimizer keeps no momentum the framework can correct, and an explicit
+        ``momentum_correction`` warns, saying which the framework corrects (``corrected``);
+        ``stacklevel`` as ``warnings.warn`` would count it in the caller."""
+        if self.momentum_share() == 0:
+            return
         if follower is not None:
             self.follow_moves(follower, changes)
         elif self.config().momentum_correction_set():
             warnings.warn(
-                f"momentum_correction={self.config().momentum_correction}: {optimizer} keeps "
-                f"no momentum for it to correct (it corrects {corrected} with momentum > 0)",
-                stacklevel=4,
+                f"momentum_correction={self.config().momentum_correction}: {name} keeps no "
+                f"momentum for it to correct (it corrects {corrected} with momentum > 0)",
+                stacklevel=stacklevel + 1,
             )
 
     def follows_moves(self) -> bool:

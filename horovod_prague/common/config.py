@@ -206,7 +206,8 @@ class PragueConfig:
 def share_at(share: float, momentum: float) -> float:
     """``momentum_correction``'s share for an optimizer with this momentum coefficient.
 
-    A buffer that takes ``share * move / lr`` carries the model on by ``share * momentum /
+    A buffer that takes ``share * move / lr`` (PyTorch's; Keras's, which holds the learning
+    rate, takes ``share * move``) carries the model on by ``share * momentum /
     (1 - momentum)`` times the move over the steps that follow. The share was measured at
     momentum 0.9 (1.8 times the move at 0.2); above it the share is scaled down so that the
     move carried on stays near what was measured, below it the share is kept (less is

@@ -85,12 +85,13 @@ class TensorflowBinding(Binding):
             )
             averages, scale = part.received(reduced, size, share_of)
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
-                if followed and part.floating:
-                    moves.append((v, a - snapshot, scale))
+                move = a - snapshot if (followed and part.floating) or scale != 1.0 else None
                 if scale == 1.0:
                     v.assign(a)  # exactly the group's result: consensus is bit-identical
                 else:
-                    v.assign_add(tf.cast(scale, v.dtype) * (a - snapshot))
+                    v.assign_add(tf.cast(scale, v.dtype) * move)
+                if followed and part.floating:
+                    moves.append((v, move, scale))
         for v, move, scale in moves:  # once every variable is averaged
             self.moved(v, move, scale)
 
@@ -293,10 +294,10 @@ class TensorflowPendingAverage(PendingAverage):
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
                 move = a - snapshot
                 v.assign_add(tf.cast(scale, v.dtype) * move)
-                moves.append((v, move, scale))
-        if self.moved is not None:  # once every variable is averaged
-            for v, move, scale in moves:
-                self.moved(v, move, scale)
+                if self.moved is not None:
+                    moves.append((v, move, scale))
+        for v, move, scale in moves:  # once every variable is averaged
+            self.moved(v, move, scale)
 
 
 def _share(summed: tf.Tensor, size: int, position: int) -> tf.Tensor:

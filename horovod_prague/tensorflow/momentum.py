@@ -4,61 +4,66 @@ average's move of a variable, as PyTorch's does (``horovod_prague.torch.optimize
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 from ..common.config import share_at
 from .binding import binding
 
-SIGNS = {"SGD": 1.0, "RMSprop": -1.0}
-"""tf-keras keeps momentum in the variable's units, the learning rate inside: SGD updates
+
+class Momentum(NamedTuple):
+    """Where a Keras optimizer class keeps its momentum, and how a move enters it."""
+
+    sign: float
+    buffers: str
+    """The attribute listing the buffers, by variable index (legacy optimizers: slots)."""
+
+
+KINDS = {"SGD": Momentum(1.0, "momentums"), "RMSprop": Momentum(-1.0, "_momentums")}
+"""Keras keeps momentum in the variable's units, the learning rate inside: SGD updates
 ``var += m`` and RMSprop ``var -= m``, so a move taken as a step adds ``share * move`` to
 SGD's ``m`` and subtracts it from RMSprop's (PyTorch's buffers divide by the learning
 rate instead)."""
 
 
 class MomentumShare:
-    """Makes one tf-keras SGD or RMSprop optimizer's momentum take ``momentum_correction``'s
+    """Makes one Keras SGD or RMSprop optimizer's momentum take ``momentum_correction``'s
     share of each group average's move of its variables (``Binding.follow_moves``).
 
-    tf-keras's optimizers, current and legacy, and Keras 3's; ``of`` gives None for any
-    other optimizer or one without momentum, which is then left alone::
+    tf-keras's optimizers, current and legacy (wrapped in a ``LossScaleOptimizer`` or not);
+    ``of`` gives None for any other optimizer or one without momentum, which is then left
+    alone::
 
         share = MomentumShare.of(optimizer)
         if share is not None:
             binding.follow_moves(share, optimizer)
     """
 
-    def __init__(self, optimizer: Any, sign: float) -> None:
+    def __init__(self, optimizer: Any, kind: Momentum, coefficient: float) -> None:
         self.optimizer = optimizer
-        self.sign = sign
+        self.kind = kind
+        self.coefficient = coefficient
+        """The momentum coefficient, read when the optimizer is first followed."""
 
     @classmethod
     def of(cls, optimizer: Any) -> MomentumShare | None:
         """The follower for ``optimizer``, or None where there is no momentum to correct."""
-        sign = next(
+        inner = getattr(optimizer, "inner_optimizer", None)  # a LossScaleOptimizer's
+        if inner is not None:
+            return cls.of(inner)
+        kind = next(
             (
-                SIGNS[k.__name__]
+                KINDS[k.__name__]
                 for k in type(optimizer).__mro__
-                if k.__name__ in SIGNS and k.__module__.startswith(("tf_keras.", "keras."))
+                if k.__name__ in KINDS and k.__module__.startswith(("tf_keras.", "keras."))
             ),
             None,
         )
-        if sign is None:
+        if kind is None:
             return None
-        share = cls(optimizer, sign)
-        return share if share.coefficient() > 0 else None
-
-    def coefficient(self) -> float:
-        """The optimizer's momentum coefficient (read eagerly, also while a function is
-        traced: a legacy optimizer keeps it in a variable)."""
-        with tf.init_scope():
-            if _legacy(self.optimizer):
-                value = self.optimizer._get_hyper("momentum")
-                value = value() if callable(value) else value
-                return float(value.numpy()) if hasattr(value, "numpy") else float(value)
-            return float(self.optimizer.momentum)
+        coefficient = _coefficient(optimizer)
+        return cls(optimizer, kind, coefficient) if coefficient > 0 else None
 
     def buffer(self, variable: tf.Variable) -> tf.Variable | None:
         """The momentum of ``variable`` (None until the first step makes it, or for a
@@ -76,7 +81,7 @@ class MomentumShare:
                 return None
         else:
             index = getattr(opt, "_index_dict", {}).get(opt._var_key(variable))
-        buffers = getattr(opt, "momentums" if self.sign > 0 else "_momentums", [])
+        buffers = getattr(opt, self.kind.buffers, [])
         return None if index is None or index >= len(buffers) else buffers[index]
 
     def __call__(self, variable: tf.Variable, move: tf.Tensor, scale: float) -> None:
@@ -84,25 +89,48 @@ class MomentumShare:
         buffer = self.buffer(variable)
         if buffer is None:
             return
-        share = share_at(binding.momentum_share(), self.coefficient())
+        share = share_at(binding.momentum_share(), self.coefficient)
         if share > 0:
-            buffer.assign_add(tf.cast(move, buffer.dtype) * (self.sign * share * scale))
+            buffer.assign_add(tf.cast(move, buffer.dtype) * (self.kind.sign * share * scale))
+
+
+def _coefficient(optimizer: Any) -> float:
+    """The optimizer's momentum coefficient, read eagerly (also while a function is traced)
+    and without making a legacy optimizer create its hyperparameter variables early."""
+    if not _legacy(optimizer):
+        return float(optimizer.momentum)
+    value = optimizer._hyper.get("momentum", 0.0)
+    if callable(value) and not hasattr(value, "numpy"):  # set as a function of nothing
+        value = value()
+    with tf.init_scope():
+        return float(value.numpy()) if hasattr(value, "numpy") else float(value)
 
 
 def _legacy(optimizer: Any) -> bool:
     """Whether ``optimizer`` is a legacy tf-keras one (``OptimizerV2``: slots, hypers)."""
-    return hasattr(optimizer, "get_slot") and hasattr(optimizer, "_get_hyper")
+    return hasattr(optimizer, "get_slot") and hasattr(optimizer, "_hyper")
 
 
 _followed: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def follow_momentum(optimizer: Any) -> None:
+def follow_momentum(optimizer: Any, stacklevel: int = 1) -> None:
     """Have ``optimizer``'s momentum take its share of the group averages' moves, once per
-    optimizer; an explicit ``momentum_correction`` that finds no momentum to correct warns."""
+    optimizer object. A ``DistributedOptimizer`` of an optimizer already wrapped replaces the
+    earlier wrapper's follower (``prague_wrapped``): both share the optimizer's buffers.
+    ``stacklevel``: as ``warnings.warn`` would count it in the caller, for the warning that
+    an explicit ``momentum_correction`` finds no momentum to correct."""
     if optimizer in _followed:
         return
     _followed.add(optimizer)
     binding.follow_momentum(
-        MomentumShare.of(optimizer), optimizer, type(optimizer).__name__, "Keras's SGD and RMSprop"
+        MomentumShare.of(optimizer),
+        getattr(optimizer, PRAGUE_WRAPPED, optimizer),
+        type(optimizer).__name__,
+        "Keras's SGD and RMSprop",
+        stacklevel + 1,
     )
+
+
+PRAGUE_WRAPPED = "_prague_wrapped"
+"""The attribute of a ``DistributedOptimizer`` that holds the optimizer it wraps."""

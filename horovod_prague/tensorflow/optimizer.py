@@ -27,7 +27,7 @@ import tensorflow as tf
 from ..common.arguments import warn_ignored
 from ..common.binding import distinct
 from .binding import PragueSteps, _hvd, binding, run_eagerly
-from .momentum import follow_momentum
+from .momentum import PRAGUE_WRAPPED, follow_momentum
 
 KERAS3 = (
     "optimizer: {cls} is a Keras 3 optimizer; Horovod's TensorFlow wrappers need tf-keras "
@@ -189,7 +189,8 @@ def wrap_optimizer(
     state = _PragueState(model, accumulation)
     object.__setattr__(wrapped, "_prague", state)
     binding.track(state.variables)
-    follow_momentum(wrapped)
+    object.__setattr__(wrapped, PRAGUE_WRAPPED, getattr(optimizer, PRAGUE_WRAPPED, optimizer))
+    follow_momentum(wrapped, stacklevel=3)
     return wrapped
 
 
@@ -377,7 +378,7 @@ def _taking_the_tape_step(apply_gradients: Callable[..., Any]) -> Callable[..., 
         sources = binding.tape_sources
         updated = [v for _, v in pairs if hasattr(v, "ref") and v.ref() in sources]
         if updated:
-            follow_momentum(self)
+            follow_momentum(self, stacklevel=2)
             deps = [] if result is None or tf.executing_eagerly() else [result]
             with tf.control_dependencies(deps):
                 run_eagerly(lambda: binding.applied(updated), lambda: updated)

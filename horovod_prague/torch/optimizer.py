@@ -83,6 +83,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
             self.state,
             type(self).__name__,
             "torch.optim.SGD and RMSprop",
+            stacklevel=3,
         )
 
     def _params(self) -> list[torch.Tensor]:

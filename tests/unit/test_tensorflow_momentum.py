@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 
 import pytest
 
@@ -24,9 +25,18 @@ Job = configured(tf_binding.TensorflowBinding)
 job = job_fixture(tf_binding, momentum)
 
 
-def _keras3_sgd(**options):
-    keras = pytest.importorskip("keras")
-    return keras.optimizers.SGD(**options)
+@pytest.fixture(autouse=True)
+def nothing_followed_yet(monkeypatch):
+    """Each test's optimizers are new to ``follow_momentum``."""
+    monkeypatch.setattr(momentum, "_followed", weakref.WeakSet())
+
+
+def _keras3(name: str):
+    def make(**options):
+        keras = pytest.importorskip("keras")
+        return getattr(keras.optimizers, name)(**options)
+
+    return make
 
 
 OPTIMIZERS = {
@@ -34,7 +44,14 @@ OPTIMIZERS = {
     "legacy-sgd": (lambda **o: tf_keras.optimizers.legacy.SGD(**o), 1.0),
     "rmsprop": (lambda **o: tf_keras.optimizers.RMSprop(**o), -1.0),
     "legacy-rmsprop": (lambda **o: tf_keras.optimizers.legacy.RMSprop(**o), -1.0),
-    "keras3-sgd": (_keras3_sgd, 1.0),
+    "loss-scaled-sgd": (
+        lambda **o: tf_keras.mixed_precision.LossScaleOptimizer(
+            tf_keras.optimizers.SGD(**o), dynamic=False, initial_scale=1.0
+        ),
+        1.0,
+    ),
+    "keras3-sgd": (_keras3("SGD"), 1.0),
+    "keras3-rmsprop": (_keras3("RMSprop"), -1.0),
 }
 
 
@@ -141,13 +158,67 @@ def test_a_variable_the_optimizer_does_not_update_is_left_alone(job):
     assert momentum.MomentumShare.of(opt).buffer(other) is None
 
 
-def test_an_optimizer_is_followed_once(job):
-    """The tape's hook registers the optimizer at every eager step: its momentum still takes
-    each move once."""
-    shared = job(momentum_correction="0.3")
+def test_an_optimizer_seen_at_every_step_warns_once(job):
+    """The tape's hook passes the optimizer at every eager step."""
+    job(momentum_correction="0.3")
+    opt = tf_keras.optimizers.Adam(0.1)
+    with pytest.warns(UserWarning) as caught:
+        momentum.follow_momentum(opt)
+        momentum.follow_momentum(opt)
+    assert len(caught) == 1
+
+
+def test_an_explicit_share_of_0_follows_nothing(job):
+    job(momentum_correction="0")
+    _stepped(tf.Variable([0.0]))
+    assert not momentum.binding.follows_moves()
+
+
+@pytest.fixture
+def wrapping(job, monkeypatch):
+    """``job``, made the binding ``DistributedOptimizer`` registers with (no Prague step is
+    taken: the tests update through the wrapped class's own ``apply_gradients``)."""
+    tf_optimizer = pytest.importorskip("horovod_prague.tensorflow.optimizer")
+
+    def make(**options: str):
+        made = job(**options)
+        monkeypatch.setattr(made, "runtime", lambda: None)
+        monkeypatch.setattr(made, "check_sync_every", lambda sync_every: None)
+        monkeypatch.setattr(tf_optimizer, "binding", made)
+        return made
+
+    return make, tf_optimizer
+
+
+@pytest.mark.parametrize("kind", ["sgd", "legacy-sgd"])
+def test_distributed_optimizer_follows_the_optimizer_it_wraps_once_however_often(wrapping, kind):
+    """Wrapped twice (a script that compiles again), the optimizer's buffers, shared by
+    both wrappers of a legacy optimizer, still take each move once."""
+    make_job, tf_optimizer = wrapping
+    shared = make_job(momentum_correction="0.3")
     variable = tf.Variable([0.0])
-    opt, _ = _stepped(variable)
-    momentum.follow_momentum(opt)
+    original = OPTIMIZERS[kind][0](learning_rate=0.5, momentum=0.9)
+    original.apply_gradients([(tf.ones_like(variable), variable)])
+    process_set = tf_optimizer._hvd.global_process_set
+    tf_optimizer.wrap_optimizer(original, process_set)
+    wrapped = tf_optimizer.wrap_optimizer(original, process_set)
+    assert shared.follows_moves()
+    before = _buffer(wrapped, variable)
+    shared.moved(variable, tf.constant([1.0]), 1.0)
+    assert _buffer(wrapped, variable) == pytest.approx([before[0] + 0.3])
+
+
+def test_the_tape_hook_follows_the_optimizer_that_updates_the_tapes_variables(wrapping):
+    make_job, tf_optimizer = wrapping
+    shared = make_job(momentum_correction="0.3")
+    variable, other = tf.Variable([0.0]), tf.Variable([0.0])
+    apply = tf_optimizer._taking_the_tape_step(tf_keras.optimizers.SGD.apply_gradients)
+    untaped = tf_keras.optimizers.SGD(0.5, momentum=0.9)
+    apply(untaped, [(tf.ones_like(other), other)])
+    assert not shared.follows_moves()  # no tape's variable: not Prague's to correct
+    shared.tape_sources[variable.ref()] = variable
+    opt = tf_keras.optimizers.SGD(0.5, momentum=0.9)
+    apply(opt, [(tf.ones_like(variable), variable)])
     shared.moved(variable, tf.constant([1.0]), 1.0)
     assert _buffer(opt, variable) == pytest.approx([-0.5 + 0.3])
 
