@@ -84,13 +84,14 @@ class TensorflowBinding(Binding):
                 lambda tag=part.tag: late_collective(tag, timeout),
             )
             averages, scale = part.received(reduced, size, share_of)
+            reported = followed and part.floating
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
-                move = a - snapshot if (followed and part.floating) or scale != 1.0 else None
+                move = a - snapshot if reported or scale != 1.0 else None
                 if scale == 1.0:
                     v.assign(a)  # exactly the group's result: consensus is bit-identical
                 else:
                     v.assign_add(tf.cast(scale, v.dtype) * move)
-                if followed and part.floating:
+                if reported:
                     moves.append((v, move, scale))
         for v, move, scale in moves:  # once every variable is averaged
             self.moved(v, move, scale)

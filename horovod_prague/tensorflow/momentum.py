@@ -33,11 +33,9 @@ class MomentumShare:
 
     tf-keras's optimizers, current and legacy (wrapped in a ``LossScaleOptimizer`` or not);
     ``of`` gives None for any other optimizer or one without momentum, which is then left
-    alone::
+    alone. ``follow_momentum`` registers it::
 
-        share = MomentumShare.of(optimizer)
-        if share is not None:
-            binding.follow_moves(share, optimizer)
+        follow_momentum(optimizer)  # DistributedOptimizer and the tape's hook do this
     """
 
     def __init__(self, optimizer: Any, kind: Momentum, coefficient: float) -> None:
