@@ -210,30 +210,38 @@ def test_a_coordinator_address_the_hosts_cannot_use_fails_at_init_naming_it(
 
 
 @pytest.mark.parametrize(
-    ("fault", "lost"),
-    [("link", 1), ("kill", 1), ("kill", 0)],
-    ids=["link-down-h2", "killed-h2", "killed-h1-with-rank-0"],
+    ("fault", "lost", "controller"),
+    [("link", 1, "gloo"), ("kill", 1, "gloo"), ("kill", 0, "gloo"), ("kill", 1, "mpi")],
+    ids=["link-down-h2", "killed-h2", "killed-h1-with-rank-0", "killed-h2-mpi"],
 )
-def test_a_lost_host_ends_the_job_with_an_error_naming_it(tmp_path, emulated_hosts, fault, lost):
+def test_a_lost_host_ends_the_job_with_an_error_naming_it(
+    tmp_path, emulated_hosts, fault, lost, controller
+):
     """2 hosts x 2 ranks train under ``--prague`` (timeout 6 s) until a host is lost: its link
-    taken down (its ranks run on, cut off), or its processes killed, rank 0's host included.
-    The job ends within the timeout, nothing hangs, and every rank still running stops with
-    an error naming the other host and its ranks.
+    taken down (its ranks run on, cut off), or its processes killed, rank 0's host included,
+    under Gloo and under MPI. The job ends within the timeout, nothing hangs, and every rank
+    still running stops with an error naming the other host and its ranks.
 
     Killed processes close their connections, and Horovod's background loop may see that
     first ("Horovod background loop uncaught exception ... Connection reset by peer" or
     "closed by peer"), and horovodrun, seeing a killed rank's process fail, ends the others
-    before Python can raise, naming that rank (docs/reliability.md). Such a rank is checked
-    by what Horovod printed, which names an address, not the lost ranks."""
+    before Python can raise, naming that rank and its host (``patches/0019``; Open MPI's
+    ``mpirun`` names the node itself; docs/reliability.md). Either a survivor's error or the
+    launcher must name the lost host. A rank that neither reported nor was ended so is
+    checked by what Horovod printed, which names an address, not the lost ranks."""
     timeout = 6.0
     hosts = emulated_hosts(2)
+    horovodrun = [str(BIN / "horovodrun"), "-np", "4", "-H", "h1:2,h2:2"]
+    if controller == "gloo":
+        horovodrun.append("--gloo")
+    else:
+        horovodrun += ["--mpi", "--mpi-args=--mca oob_tcp_if_include prague0"]
     job = start_ranks(
         "host_lost.py",
         tmp_path,
         np=4,
-        launcher=hosts.run_command(
-            [str(BIN / "horovodrun"), "-np", "4", "-H", "h1:2,h2:2", "--gloo"]
-        ),
+        controller=controller,
+        launcher=hosts.run_command(horovodrun),
         launcher_flags=("--prague", "random", "--prague-timeout", str(timeout)),
     )
     ready = [job.out_dir / f"ready{r}" for r in range(4)]
@@ -269,12 +277,18 @@ def test_a_lost_host_ends_the_job_with_an_error_naming_it(tmp_path, emulated_hos
             assert path.exists(), f"cut-off {path.stem} did not report; log: {done.log}"
             rep = json.loads(path.read_text())
             reports[rep["rank"]] = rep
-    # horovodrun ends every other rank once one process has failed: a killed rank's failure
-    # named by the launcher may come before a survivor could report or print anything.
+    # horovodrun ends every other rank once one process has failed: a killed rank's failure,
+    # named with its host by the launcher, may come before a survivor could report or print.
     ended_by_launcher = any(
-        f"Terminating remaining workers after failure of Process {r}." in done.output
+        f"Terminating remaining workers after failure of Process {r} on host {lost_host}."
+        in done.output
+        or re.search(rf"process rank {r} with PID \d+ on node {lost_host} exited", done.output)
         for r in lost_ranks
     )
+    if fault == "kill":
+        assert ended_by_launcher or any(rank in reports for rank in others), (
+            f"neither a survivor nor the launcher named host {lost_host}; log: {done.log}"
+        )
     for rank in others if fault == "kill" else []:
         if rank not in reports and not ended_by_launcher:
             aborted = f"[{rank}]<stderr>:"
