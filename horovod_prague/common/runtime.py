@@ -30,7 +30,7 @@ from .group_generator import GroupGenerator, Owed
 from .process_sets import ProcessSetPool, collective_name
 from .protocol import new_token
 from .strategies import Group, GroupStrategy, make_strategy
-from .topology import NODES_VAR, Topology
+from .topology import NODES_VAR, Topology, uneven_hosts_in_env
 
 DYNAMIC_SETS_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
@@ -199,6 +199,12 @@ def initialize(
     # rendezvous store gave every host's (a launcher such as mpirun alone): hosts are then
     # taken to be of this one's size, which Horovod's init confirms or refutes.
     guessed = not elastic() and not store_layout and not os.environ.get(NODES_VAR)
+    uneven = uneven_hosts_in_env() if guessed else None
+    if uneven is not None:
+        # Before Horovod's init, which would take different sets on different hosts: under
+        # MPI, ranks whose init failed and ranks whose init passed then wait on each other in
+        # different collectives at exit, for ever. This rank's exit ends the job instead.
+        raise RuntimeError(_uneven_hosts(*uneven))
     strategy = make_strategy(config, announced) if announced else None
     registered: list[Any] | None = None
     if user_sets == "dynamic":  # Horovod's dynamic process sets: Prague adds its sets after init

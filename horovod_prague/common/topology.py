@@ -36,6 +36,12 @@ _RANK_KEYS = (
 )
 """The launchers' variables: (size, rank, ranks on this node, rank on this node)."""
 
+_NODE_COUNT_KEYS = {
+    "HOROVOD_SIZE": "HOROVOD_CROSS_SIZE",
+    "OMPI_COMM_WORLD_SIZE": "OMPI_MCA_orte_num_nodes",  # Open MPI 4: the nodes given ranks
+}
+"""The variable, where a launcher sets one, that counts the job's nodes, by its size key."""
+
 
 def node_sizes_of(hosts: str, num_proc: int) -> tuple[int, ...] | None:
     """The ranks on each host of a ``horovodrun -H`` list for ``num_proc`` ranks, as Horovod's
@@ -143,17 +149,11 @@ class Topology:
         env = os.environ if env is None else env
         if env.get(NODES_VAR):
             return cls.placed(env[NODES_VAR], env)
-        for size_key, _, local_key, _ in _RANK_KEYS:
-            if env.get(size_key) and env.get(local_key):
-                size, local_size = int(env[size_key]), int(env[local_key])
-                if size % local_size:
-                    return None
-                topology = cls(size, local_size)
-                cross = env.get("HOROVOD_CROSS_SIZE") if size_key == "HOROVOD_SIZE" else None
-                if cross and int(cross) != topology.cross_size:
-                    return None
-                return topology
-        return None
+        counts = _launcher_counts(env)
+        if counts is None or uneven_hosts_in_env(env):
+            return None
+        size, local_size, _ = counts
+        return cls(size, local_size)
 
     @classmethod
     def placed(cls, nodes: str, env: Mapping[str, str]) -> Topology:
@@ -189,3 +189,37 @@ class Topology:
                 )
             break
         return topology
+
+
+def _launcher_counts(env: Mapping[str, str]) -> tuple[int, int, int | None] | None:
+    """(ranks in the job, ranks on this node, nodes or None) from the first launcher's
+    variables found, or None if no launcher set them."""
+    for size_key, _, local_key, _ in _RANK_KEYS:
+        if env.get(size_key) and env.get(local_key):
+            nodes = env.get(_NODE_COUNT_KEYS.get(size_key, ""))
+            return int(env[size_key]), int(env[local_key]), int(nodes) if nodes else None
+    return None
+
+
+def uneven_hosts_in_env(env: Mapping[str, str] | None = None) -> tuple[int, int] | None:
+    """(ranks on this node, ranks in the job) where the launcher's own variables show, on
+    this rank alone, that the job's hosts hold different numbers of ranks: this host's share
+    does not divide the job, or times the launcher's node count is not the job. Else None
+    (hosts may still differ: a host of 2 in a job of 6 cannot tell 4 + 2 from 2 + 2 + 2
+    without a node count).
+
+    >>> uneven_hosts_in_env({"OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"})
+    (4, 6)
+    >>> env = {"OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    >>> uneven_hosts_in_env(env), uneven_hosts_in_env({**env, "OMPI_MCA_orte_num_nodes": "2"})
+    (None, (2, 6))
+    >>> uneven_hosts_in_env({**env, "OMPI_MCA_orte_num_nodes": "3"})
+    """
+    env = os.environ if env is None else env
+    counts = _launcher_counts(env)
+    if counts is None:
+        return None
+    size, local_size, nodes = counts
+    if size % local_size or (nodes is not None and nodes * local_size != size):
+        return local_size, size
+    return None

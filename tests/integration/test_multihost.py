@@ -4,7 +4,9 @@ on a cluster, ``horovodrun -H h1:2,h2:2`` through ssh, with and without ``--prag
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 
@@ -100,6 +102,41 @@ def test_hosts_with_different_numbers_of_ranks(tmp_path, emulated_hosts, control
     met = {tuple(g) for rep in job.reports for g in rep["met"] if len(g) < 6}
     assert any(all(r < 4 for r in g) for g in met), "no group inside h1"
     assert any(any(r < 4 for r in g) and any(r >= 4 for r in g) for g in met), "none across"
+
+
+def test_mpirun_alone_on_hosts_of_different_sizes_ends_with_a_clear_error(emulated_hosts):
+    """``mpirun -H h1:4,h2:2`` without horovodrun, the explicit API: no launcher says how many
+    ranks each host runs, and a rank that sees from Open MPI's variables that the hosts
+    differ stops before Horovod's ``init``, naming the cause; its exit ends the job. Before,
+    h1's ranks passed ``init`` and h2's failed it (they had registered different process
+    sets), and at exit they waited on each other in different MPI collectives, for ever."""
+    hosts = emulated_hosts(2)
+    mpirun = [
+        "mpirun", "--allow-run-as-root", "-np", "6", "-H", "h1:4,h2:2",
+        "--mca", "oob_tcp_if_include", "prague0", "--mca", "btl_tcp_if_include", "prague0",
+        "-x", f"PATH={BIN}:/usr/bin:/bin", "-x", "OMP_NUM_THREADS=1",
+        str(BIN / "python"), str(REPO / "examples" / "prague_digits.py"), "--epochs", "1",
+    ]  # fmt: skip
+    job = subprocess.Popen(
+        hosts.run_command(mpirun),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = job.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        output, _ = job.communicate()
+        pytest.fail(f"mpirun alone on uneven hosts did not end in 120 s: {output[-3000:]}")
+    assert job.returncode != 0, output[-3000:]
+    assert re.search(
+        r"RuntimeError: the hosts run different numbers of ranks, and the launcher did not "
+        r"say how many each \(this host runs [24] of the job's 6 ranks\): launch with "
+        r"horovodrun",
+        output,
+    ), output[-3000:]
 
 
 def test_groups_of_three_across_hosts(tmp_path, emulated_hosts):

@@ -304,7 +304,13 @@ class AcceptingHorovod(RefusingHorovod):
 def _launched_by_mpirun(monkeypatch, size: int, rank: int, local_size: int, local_rank: int):
     from horovod_prague.common.topology import NODES_VAR
 
-    for key in ("HOROVOD_ELASTIC", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_SIZE", NODES_VAR):
+    for key in (
+        "HOROVOD_ELASTIC",
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+        "HOROVOD_SIZE",
+        "OMPI_MCA_orte_num_nodes",
+        NODES_VAR,
+    ):
         monkeypatch.delenv(key, raising=False)
     for key, value in {
         "OMPI_COMM_WORLD_SIZE": size,
@@ -358,6 +364,46 @@ def test_dynamic_process_sets_on_uneven_hosts_without_a_host_list_stop_every_ran
         runtime_module.initialize(
             RefusingHorovod(), PragueConfig(strategy="static"), {"process_sets": "dynamic"}
         )
+
+
+class StartedHorovod(AcceptingHorovod):
+    """Horovod whose ``init`` counts its calls."""
+
+    def __init__(self, local_size: int) -> None:
+        super().__init__(homogeneous=True, local_size=local_size)
+        self.inits = 0
+
+    def init(self, **kwargs):
+        self.inits += 1
+
+
+@pytest.mark.parametrize(
+    ("local_size", "nodes", "uneven"),
+    [(4, None, True), (2, "2", True), (2, None, False), (3, "2", False)],
+    ids=["h1-of-4+2", "h2-of-4+2-counted", "h2-of-4+2-uncounted", "even-3+3"],
+)
+def test_hosts_the_launcher_shows_uneven_stop_before_horovod_starts(
+    monkeypatch, local_size, nodes, uneven
+):
+    """``mpirun -H h1:4,h2:2`` alone: a rank that sees from its launcher's variables that the
+    hosts differ (its host's 4 do not divide 6; or Open MPI's node count, 2, times its host's
+    2 is not 6) stops before Horovod's ``init``. Its exit ends the job under mpirun. Before,
+    h1's ranks passed ``init`` and h2's failed it, and at exit they waited on each other in
+    different MPI collectives for ever (seen on emulated hosts)."""
+    from horovod_prague.common import runtime as runtime_module
+    from horovod_prague.common.config import PragueConfig
+
+    _launched_by_mpirun(monkeypatch, 6, 4, local_size, 0)
+    if nodes:
+        monkeypatch.setenv("OMPI_MCA_orte_num_nodes", nodes)
+    hvd = StartedHorovod(local_size)
+    if uneven:
+        with pytest.raises(RuntimeError, match=f"runs {local_size} of the job's 6 ranks"):
+            runtime_module.initialize(hvd, PragueConfig(strategy="static"), {})
+        assert hvd.inits == 0
+    else:
+        runtime_module.initialize(hvd, PragueConfig(strategy="static"), {})
+        assert hvd.inits == 1
 
 
 def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
