@@ -38,7 +38,7 @@ _RANK_KEYS = (
 
 _NODE_COUNT_KEYS = {
     "HOROVOD_SIZE": "HOROVOD_CROSS_SIZE",
-    "OMPI_COMM_WORLD_SIZE": "OMPI_MCA_orte_num_nodes",  # Open MPI 4: the nodes given ranks
+    "OMPI_COMM_WORLD_SIZE": "OMPI_MCA_orte_num_nodes",  # Open MPI 3 and 4: nodes given ranks
 }
 """The variable, where a launcher sets one, that counts the job's nodes, by its size key."""
 
@@ -141,10 +141,11 @@ class Topology:
         """The topology the launcher announced (horovodrun or Open MPI), or None if unknown.
 
         ``horovodrun --prague`` names every host's ranks (``NODES_VAR``). Otherwise a rank
-        learns only its own node's size from the launcher. Where horovodrun says the
-        job spans nodes of different sizes (``HOROVOD_CROSS_SIZE`` disagrees with an equal
-        split), the whole layout is unknown here: None (``agreement.check_before_init`` learns
-        it from every rank under Gloo).
+        learns only its own node's size from the launcher. Where the launcher's variables
+        show nodes of different sizes (``uneven_hosts_in_env``: this node's size does not
+        divide the job, or the launcher's node count, ``HOROVOD_CROSS_SIZE`` or Open MPI's,
+        disagrees with an equal split), the whole layout is unknown here: None
+        (``agreement.check_before_init`` learns it from every rank under Gloo).
         """
         env = os.environ if env is None else env
         if env.get(NODES_VAR):

@@ -27,8 +27,16 @@ def _settings(hosts: str, num_proc: int) -> types.SimpleNamespace:
     )
 
 
-def test_a_failed_process_is_named_with_its_host(capfd):
+def test_a_failed_process_is_named_with_its_host(capfd, monkeypatch):
     settings = _settings("localhost:2", 2)
+    servers = []
+
+    class Rendezvous(gloo_run.RendezvousServer):
+        def start(self, *args, **kwargs):
+            servers.append(self)
+            return super().start(*args, **kwargs)
+
+    monkeypatch.setattr(gloo_run, "RendezvousServer", Rendezvous)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.raises(RuntimeError) as failure:
@@ -43,6 +51,9 @@ def test_a_failed_process_is_named_with_its_host(capfd):
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        for server in servers:
+            server.stop()
+            server._httpd.server_close()
     printed = capfd.readouterr().out
     assert "Process 1 on host localhost exit with status code 3." in printed, printed
     assert "Terminating remaining workers after failure of Process 1 on host localhost." in printed

@@ -325,8 +325,9 @@ def _launched_by_mpirun(monkeypatch, size: int, rank: int, local_size: int, loca
 def test_process_sets_refused_by_horovod_name_uneven_hosts_when_the_layout_was_a_guess(
     monkeypatch, nodes
 ):
-    """``mpirun -H h1:4,h2:2`` alone: a rank of h2 takes 3 hosts of 2 from its own host's
-    size and registers sets that h1's ranks do not, and Horovod's ``init`` refuses them.
+    """``mpirun -H h1:4,h2:2`` alone, with no node count among the launcher's variables (Open
+    MPI 5, another MPI): a rank of h2 takes 3 hosts of 2 from its own host's size and
+    registers sets that h1's ranks do not, and Horovod's ``init`` refuses them.
     Its error names the uneven hosts too; where horovodrun named every host's ranks, it
     does not."""
     from horovod_prague.common import runtime as runtime_module
@@ -353,9 +354,10 @@ def test_a_refusal_on_one_host_says_nothing_of_hosts(monkeypatch):
 
 
 def test_dynamic_process_sets_on_uneven_hosts_without_a_host_list_stop_every_rank(monkeypatch):
-    """``mpirun -H h1:4,h2:2`` alone with ``hvd.init(process_sets="dynamic")``: Horovod's
-    ``init`` accepts it, and a rank of h2, whose 2 ranks divide the job's 6, would add sets for
-    3 hosts of 2 while h1's ranks stop; ``is_homogeneous()`` stops it too."""
+    """``mpirun -H h1:4,h2:2`` alone with ``hvd.init(process_sets="dynamic")`` and no node
+    count among the launcher's variables: Horovod's ``init`` accepts it, and a rank of h2,
+    whose 2 ranks divide the job's 6, would add sets for 3 hosts of 2 while h1's ranks stop;
+    ``is_homogeneous()`` stops it too."""
     from horovod_prague.common import runtime as runtime_module
     from horovod_prague.common.config import PragueConfig
 
@@ -431,10 +433,10 @@ def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
 def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error(
     monkeypatch, local_size
 ):
-    """``mpirun -H h1:4,h2:2`` without horovodrun: a rank of h1 sees 4 of 6 ranks, one of h2
-    2 of 6, which would split evenly. Horovod's ``is_homogeneous()``, from every rank's size,
-    is False on both hosts, so every rank stops, whether Horovod's ``init`` took its sets or
-    not. Before, h2's ranks took 3 hosts of 2."""
+    """``mpirun -H h1:4,h2:2`` without horovodrun: a rank of h1 sees 4 of 6 ranks (and stops
+    before ``init``), one of h2 2 of 6, which would split evenly. Horovod's
+    ``is_homogeneous()``, from every rank's size, is False on both hosts, so every rank stops,
+    whether Horovod's ``init`` took its sets or not. Before, h2's ranks took 3 hosts of 2."""
     from horovod_prague.common import runtime as runtime_module
     from horovod_prague.common.config import PragueConfig
 
