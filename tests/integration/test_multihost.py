@@ -18,7 +18,9 @@ pytestmark = pytest.mark.multirank
 PYTORCH = str(REPO / "examples" / "pytorch_digits.py")
 
 
-def run_on_hosts(hosts, script, tmp_path, spec, controller="gloo", args=(), flags=(), env=None):
+def horovodrun_on(spec: str, controller: str) -> tuple[list[str], int]:
+    """``horovodrun`` for every slot of the emulated hosts ``spec`` (``h1:2,h2:2``) under
+    ``controller``, and the number of ranks."""
     np = sum(int(h.rpartition(":")[2]) for h in spec.split(","))
     horovodrun = [str(BIN / "horovodrun"), "-np", str(np), "-H", spec]
     if controller == "gloo":
@@ -26,6 +28,11 @@ def run_on_hosts(hosts, script, tmp_path, spec, controller="gloo", args=(), flag
     else:
         # Open MPI's own connections on the hosts' network too (horovodrun sets its data's).
         horovodrun += ["--mpi", "--mpi-args=--mca oob_tcp_if_include prague0"]
+    return horovodrun, np
+
+
+def run_on_hosts(hosts, script, tmp_path, spec, controller="gloo", args=(), flags=(), env=None):
+    horovodrun, np = horovodrun_on(spec, controller)
     job = run_ranks(
         script,
         tmp_path,
@@ -245,9 +252,7 @@ def test_a_coordinator_address_the_hosts_cannot_use_fails_at_init_naming_it(
         np=2,
         args=(options,),
         timeout=120,
-        launcher=hosts.run_command(
-            [str(BIN / "horovodrun"), "-np", "2", "-H", "h1:1,h2:1", "--gloo"]
-        ),
+        launcher=hosts.run_command(horovodrun_on("h1:1,h2:1", "gloo")[0]),
     )
     assert len(job.reports) == 2, job.output[-3000:]
     for rep in job.reports:
@@ -277,15 +282,11 @@ def test_a_lost_host_ends_the_job_with_an_error_naming_it(
     checked by what Horovod printed, which names an address, not the lost ranks."""
     timeout = 6.0
     hosts = emulated_hosts(2)
-    horovodrun = [str(BIN / "horovodrun"), "-np", "4", "-H", "h1:2,h2:2"]
-    if controller == "gloo":
-        horovodrun.append("--gloo")
-    else:
-        horovodrun += ["--mpi", "--mpi-args=--mca oob_tcp_if_include prague0"]
+    horovodrun, np = horovodrun_on("h1:2,h2:2", controller)
     job = start_ranks(
         "host_lost.py",
         tmp_path,
-        np=4,
+        np=np,
         controller=controller,
         launcher=hosts.run_command(horovodrun),
         launcher_flags=("--prague", "random", "--prague-timeout", str(timeout)),
