@@ -374,14 +374,13 @@ def test_elastic_survivors_go_on_across_hosts(tmp_path, emulated_hosts):
     the discovery script, and the other faults, are tested in test_elastic.py on two names
     of this host.)"""
     hosts = emulated_hosts(2)
-    horovodrun = [str(BIN / "horovodrun"), "--gloo", "-np", "4", "--min-np", "2"]
-    horovodrun += ["-H", "h1:2,h2:2"]
-    env = {"PRAGUE_KILL_HOST": "h2", "PRAGUE_KILL_STEP": "12"}
+    horovodrun = [str(BIN / "horovodrun"), "--gloo", "-np", "4", "--min-np", "2", "-H", "h1:2,h2:2"]
+    env = {"PRAGUE_KILL_HOST": "h2", "PRAGUE_KILL_STEP": "12", "PRAGUE_ELASTIC_STEPS": "24"}
     job = run_ranks(
         "elastic_torch.py",
         tmp_path,
         np=4,
-        env={**env, "PRAGUE_ELASTIC_STEPS": "24", "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"},
+        env={**env, "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"},
         timeout=300,
         launcher=hosts.run_command(horovodrun),
         launcher_flags=("--prague",),
