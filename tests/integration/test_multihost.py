@@ -16,10 +16,11 @@ from launch import BIN, LOOP_FAILURE, REPO, run_ranks, start_ranks
 pytestmark = pytest.mark.multirank
 
 PYTORCH = str(REPO / "examples" / "pytorch_digits.py")
-YIELD_WHEN_IDLE = "--mca mpi_yield_when_idle 1"
-"""The emulated hosts share this machine's cores, which real hosts do not: an Open MPI rank
-that waits must give its core to the others, not poll on it (6 ranks on 2 cores trained
-``meetings.py`` in 14-16 s with it and 30-34 s without)."""
+OPEN_MPI_ON_HOSTS = ["--mca", "oob_tcp_if_include", "prague0", "--mca", "mpi_yield_when_idle", "1"]
+"""Open MPI's options on the emulated hosts: its own connections on the hosts' network too
+(horovodrun sets its data's), and, as the hosts share this machine's cores, which real hosts
+do not, a rank that waits gives its core to the others rather than polling on it (6 ranks
+on 2 cores trained ``meetings.py`` in 14-16 s yielding and 30-34 s polling)."""
 
 
 def horovodrun_on(spec: str, controller: str) -> tuple[list[str], int]:
@@ -30,8 +31,7 @@ def horovodrun_on(spec: str, controller: str) -> tuple[list[str], int]:
     if controller == "gloo":
         horovodrun.append("--gloo")
     else:
-        # Open MPI's own connections on the hosts' network too (horovodrun sets its data's).
-        horovodrun += ["--mpi", f"--mpi-args=--mca oob_tcp_if_include prague0 {YIELD_WHEN_IDLE}"]
+        horovodrun += ["--mpi", f"--mpi-args={' '.join(OPEN_MPI_ON_HOSTS)}"]
     return horovodrun, np
 
 
@@ -129,8 +129,7 @@ def test_mpirun_alone_across_hosts_stops_on_uneven_hosts_and_trains_on_even_ones
     hosts = emulated_hosts(2)
     mpirun = [
         "mpirun", "--allow-run-as-root", "-np", str(np), "-H", spec,
-        "--mca", "oob_tcp_if_include", "prague0", "--mca", "btl_tcp_if_include", "prague0",
-        *YIELD_WHEN_IDLE.split(),
+        *OPEN_MPI_ON_HOSTS, "--mca", "btl_tcp_if_include", "prague0",
         "-x", f"PATH={BIN}:/usr/bin:/bin", "-x", "OMP_NUM_THREADS=1",
         str(BIN / "python"), str(REPO / "examples" / "prague_digits.py"), "--epochs", "1",
     ]  # fmt: skip
@@ -374,15 +373,19 @@ def test_elastic_survivors_go_on_across_hosts(tmp_path, emulated_hosts):
     the discovery script, and the other faults, are tested in test_elastic.py on two names
     of this host.)"""
     hosts = emulated_hosts(2)
-    horovodrun = [str(BIN / "horovodrun"), "--gloo", "-np", "4", "--min-np", "2", "-H", "h1:2,h2:2"]
-    env = {"PRAGUE_KILL_HOST": "h2", "PRAGUE_KILL_STEP": "12", "PRAGUE_ELASTIC_STEPS": "24"}
+    horovodrun, np = horovodrun_on("h1:2,h2:2", "gloo")
     job = run_ranks(
         "elastic_torch.py",
         tmp_path,
-        np=4,
-        env={**env, "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"},
+        np=np,
+        env={
+            "PRAGUE_KILL_HOST": "h2",
+            "PRAGUE_KILL_STEP": "12",
+            "PRAGUE_ELASTIC_STEPS": "24",
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": "60",
+        },
         timeout=300,
-        launcher=hosts.run_command(horovodrun),
+        launcher=hosts.run_command([*horovodrun, "--min-np", "2"]),
         launcher_flags=("--prague",),
     ).check()
     reports = job.reports
