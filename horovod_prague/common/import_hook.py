@@ -71,6 +71,14 @@ TF_GLOBAL_COLLECTIVES = (
     "reducescatter",
     "grouped_reducescatter",
 )
+# Horovod's PyTorch modules that wait for operations with ``synchronize``, which spins; Prague's
+# sleeps between polls (``horovod_prague.torch.synchronize``).
+TORCH_WAITING_MODULES = (
+    "horovod.torch.mpi_ops",
+    "horovod.torch.functions",
+    "horovod.torch.optimizer",
+    "horovod.torch.sync_batch_norm",
+)
 KERAS_GLOBAL_COLLECTIVES = (
     "allreduce",
     "allgather",
@@ -84,9 +92,18 @@ REPLACED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "horovod.torch": (
         (
             "horovod_prague.torch",
-            ("init", "shutdown", "join", "DistributedOptimizer", *TORCH_GLOBAL_COLLECTIVES),
+            (
+                "init",
+                "shutdown",
+                "join",
+                "synchronize",
+                "DistributedOptimizer",
+                *TORCH_GLOBAL_COLLECTIVES,
+            ),
         ),
     ),
+    # Horovod's own modules wait for their operations with the ``synchronize`` they imported.
+    **{module: (("horovod_prague.torch", ("synchronize",)),) for module in TORCH_WAITING_MODULES},
     "horovod.tensorflow": (
         (
             "horovod_prague.tensorflow",
@@ -142,6 +159,13 @@ def patch(module: ModuleType) -> None:
             continue
         saved[name] = original
         setattr(module, name, _forward(target, name, original))
+
+
+def patch_horovod(*modules: str) -> None:
+    """Import Horovod's ``modules`` and point their replaced names at ours: what the drop-in
+    does on import, for a script that imports Prague's packages instead."""
+    for module in modules:
+        patch(importlib.import_module(module))
 
 
 def replacements(module: str) -> dict[str, str]:

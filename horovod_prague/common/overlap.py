@@ -286,6 +286,7 @@ def wait_until(ready: Callable[[], bool], timeout: float, late: Callable[[], str
     """Poll ``ready`` with a sleep growing from 20 us to 1 ms; GroupWaitTimeout after ``timeout``.
 
     A wait still going after ``SLOW_WAIT_SHARE`` of ``timeout`` is reported (``awaiting``).
+    With ``timeout=math.inf`` it waits as long as ``ready`` takes, and reports nothing.
 
     Sleeping between polls, rather than spinning as Horovod's ``synchronize`` does, leaves the
     core and the GIL to the ranks and threads that have work (docs/design.md, *Busy waiting*).

@@ -33,8 +33,7 @@ if not _tf.keras.optimizers.Optimizer.__module__.startswith("tf_keras"):
 
 from horovod.tensorflow.keras import *  # noqa: E402,F403  (the whole Horovod Keras API)
 
-from ..common.elastic import patch_horovod  # noqa: E402
-from ..common.import_hook import KERAS_GLOBAL_COLLECTIVES, originals  # noqa: E402
+from ..common.import_hook import KERAS_GLOBAL_COLLECTIVES, originals, patch_horovod  # noqa: E402
 from ..tensorflow import average_model as average_model  # noqa: E402
 from ..tensorflow import config as config  # noqa: E402
 from ..tensorflow import drain as drain  # noqa: E402

@@ -30,7 +30,7 @@ from horovod.common.exceptions import HorovodInternalError
 from horovod.tensorflow.elastic import TensorFlowKerasState, TensorFlowState
 
 from ..common.binding import _process_set_dropped, _says_a_rank_is_gone
-from ..common.elastic import patch_horovod
+from ..common.import_hook import patch_horovod
 from .binding import binding
 
 __all__ = ["TensorFlowKerasState", "TensorFlowState", "run"]

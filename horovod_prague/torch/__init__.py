@@ -25,9 +25,10 @@ import importlib
 
 from horovod.torch import *  # noqa: F403  (the whole Horovod API, re-exported)
 
-from ..common.import_hook import TORCH_GLOBAL_COLLECTIVES
+from ..common.import_hook import TORCH_GLOBAL_COLLECTIVES, TORCH_WAITING_MODULES, patch_horovod
 from .binding import _hvd
 from .binding import binding as _binding
+from .binding import synchronize as synchronize
 from .optimizer import DistributedOptimizer as DistributedOptimizer
 from .optimizer import broadcast_optimizer_state as _broadcast_optimizer_state
 
@@ -47,6 +48,7 @@ finish = _binding.finish
 shutdown = _binding.shutdown
 globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TORCH_GLOBAL_COLLECTIVES})
 broadcast_optimizer_state = _binding.guard(_broadcast_optimizer_state)
+patch_horovod(*TORCH_WAITING_MODULES)
 
 
 def join(device: int = -1) -> int:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import horovod.torch
+import horovod.torch.mpi_ops
 import torch
 
 from ..common.binding import Binding
@@ -13,6 +15,7 @@ from ..common.import_hook import originals
 from ..common.overlap import Overlap, PendingAverage, late_collective, wait_until
 
 _hvd = originals(horovod.torch)
+_horovods_synchronize = originals(horovod.torch.mpi_ops).synchronize
 
 
 class TorchBinding(Binding):
@@ -260,6 +263,24 @@ def wait(handle: int, timeout: float, name: str) -> Any:
     """
     wait_until(lambda: _hvd.poll(handle), timeout, lambda: late_collective(name, timeout))
     return _hvd.synchronize(handle)
+
+
+def synchronize(handle: int) -> Any:
+    """Horovod's ``synchronize``, waiting without its busy wait: Prague puts it in place of
+    Horovod's in ``horovod.torch`` and in the Horovod modules that wait with it
+    (``import_hook.TORCH_WAITING_MODULES``), so a script's collectives, broadcasts and elastic
+    syncs wait this way too.
+
+    The result, the errors and the absence of a deadline are Horovod's. Horovod's spins (poll,
+    yield, poll); on ranks that share cores, each spinning rank takes CPU from the background
+    loops, which under Prague negotiate every group's process set each cycle, and global
+    collectives then stalled for seconds (docs/design.md, *Busy waiting*).
+    """
+    try:
+        wait_until(lambda: _hvd.poll(handle), math.inf, lambda: "")
+    except (RuntimeError, ValueError):
+        pass  # a handle unknown to Horovod's core: its synchronize answers as it always does
+    return _horovods_synchronize(handle)
 
 
 binding = TorchBinding(_hvd)

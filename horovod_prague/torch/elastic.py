@@ -2,8 +2,9 @@
 
 ``hvd.elastic.run`` resets after a worker was lost or the hosts changed; under Prague its reset
 initializes Horovod and Prague again for the new world (``Binding.reset``), and a state's
-``commit`` broadcasts behind the guard (``horovod_prague.common.elastic``). ``run`` is
-Horovod's; this module points Horovod's own names at Prague's, as the drop-in does.
+``commit``, which broadcasts whether hosts changed (a global collective), runs behind the
+guard, so no rank in it leaves a partner waiting in a group. ``run`` is Horovod's; this module
+points Horovod's own names at Prague's, as the drop-in does.
 
     import horovod_prague.torch as hvd
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from horovod.torch.elastic import ElasticSampler, TorchState, run
 
-from ..common.elastic import patch_horovod
+from ..common.import_hook import patch_horovod
 from .binding import binding
 
 __all__ = ["ElasticSampler", "TorchState", "run"]

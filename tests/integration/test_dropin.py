@@ -175,3 +175,22 @@ def test_join_with_uneven_shards_ends_each_epoch_with_one_model(tmp_path, script
         # groups after one has joined, and after a join, is tests/unit/test_join.py's.
         for rep in reports:
             assert rep["stats"]["averaged"] + rep["stats"]["owed"] >= 1, rep["stats"]
+
+
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+def test_a_scripts_collectives_wait_without_spinning(tmp_path, controller):
+    """Under the flag a rank waiting in a script's collective for a late rank sleeps between
+    polls rather than spinning as Horovod's ``synchronize`` does: all-reduce, ``synchronize``,
+    ``broadcast_parameters`` and ``allgather_object``. Spinning (stock Horovod: the main
+    thread's CPU time near the wait's wall time) took the cores that Horovod's background
+    loops need to negotiate Prague's process sets, and stalled global collectives for seconds
+    (docs/design.md, *Busy waiting*)."""
+    job = run_ranks(
+        "waits.py", tmp_path, np=2, controller=controller, launcher_flags=("--prague",)
+    ).check()
+    assert len(job.reports) == 2, job.output[-3000:]
+    assert all(rep["right"] for rep in job.reports), job.reports
+    waiting = next(rep for rep in job.reports if rep["rank"] == 0)
+    for name, (wall, cpu) in waiting["waits"].items():
+        assert wall > 1.0, f"rank 0 did not wait in {name}: {wall:.2f} s"
+        assert cpu < 0.2 * wall, f"rank 0 spun in {name}: {cpu:.2f} s of CPU in {wall:.2f} s"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from horovod_prague.common.import_hook import TORCH_WAITING_MODULES
+
 REPO = Path(__file__).parents[2]
 
 
@@ -88,6 +90,26 @@ def test_elastic_resets_and_commits_go_through_prague(drop_in):
         "print(hvd.elastic.run is e.run)\n"
     )
     assert out == ["horovod_prague.torch.elastic horovod_prague.torch", "True"]
+
+
+@pytest.mark.parametrize("drop_in", [True, False], ids=["drop-in", "explicit"])
+def test_horovods_torch_modules_wait_with_pragues_synchronize(drop_in):
+    """Every Horovod module that waits with ``synchronize`` calls Prague's, which sleeps
+    between polls; a handle Horovod does not know gets Horovod's answer (None), not a loop."""
+    out = _python(
+        (
+            "from horovod_prague.common import import_hook\nimport_hook.install()\n"
+            "import horovod.torch as hvd\n"
+            if drop_in
+            else "import horovod_prague.torch as hvd\n"
+        )
+        + "import importlib\n"
+        "from horovod_prague.common.import_hook import TORCH_WAITING_MODULES\n"
+        "for name in TORCH_WAITING_MODULES:\n"
+        "    print(name, importlib.import_module(name).synchronize.__prague_target__)\n"
+        "print(hvd.synchronize(12345))\n"
+    )
+    assert out == [f"{name} horovod_prague.torch" for name in TORCH_WAITING_MODULES] + ["None"]
 
 
 @pytest.mark.parametrize("drop_in", [True, False], ids=["drop-in", "explicit"])
