@@ -156,6 +156,9 @@ def patch(module: ModuleType) -> None:
     for name, target in replacements(module.__name__).items():
         original = getattr(module, name)
         if getattr(original, "__prague_target__", None) == target:
+            # Imported from a module patched first (``synchronize`` from ``mpi_ops``): keep
+            # Horovod's own reachable through ``originals`` all the same.
+            saved.setdefault(name, original.__wrapped__)
             continue
         saved[name] = original
         setattr(module, name, _forward(target, name, original))

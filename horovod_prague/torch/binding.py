@@ -276,10 +276,8 @@ def synchronize(handle: int) -> Any:
     loops, which under Prague negotiate every group's process set each cycle, and global
     collectives then stalled for seconds (docs/design.md, *Busy waiting*).
     """
-    try:
+    if handle in horovod.torch.mpi_ops._handle_map:  # else Horovod's returns None at once
         wait_until(lambda: _hvd.poll(handle), math.inf, lambda: "")
-    except (RuntimeError, ValueError):
-        pass  # a handle unknown to Horovod's core: its synchronize answers as it always does
     return _horovods_synchronize(handle)
 
 

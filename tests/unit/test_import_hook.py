@@ -108,8 +108,14 @@ def test_horovods_torch_modules_wait_with_pragues_synchronize(drop_in):
         "for name in TORCH_WAITING_MODULES:\n"
         "    print(name, importlib.import_module(name).synchronize.__prague_target__)\n"
         "print(hvd.synchronize(12345))\n"
+        "from horovod_prague.common.import_hook import originals\n"
+        "import horovod.torch, horovod.torch.mpi_ops as m\n"
+        "print(originals(horovod.torch).synchronize is originals(m).synchronize)\n"
     )
-    assert out == [f"{name} horovod_prague.torch" for name in TORCH_WAITING_MODULES] + ["None"]
+    assert out == [f"{name} horovod_prague.torch" for name in TORCH_WAITING_MODULES] + [
+        "None",
+        "True",
+    ]
 
 
 @pytest.mark.parametrize("drop_in", [True, False], ids=["drop-in", "explicit"])
