@@ -267,9 +267,9 @@ def wait(handle: int, timeout: float, name: str) -> Any:
 
 def synchronize(handle: int) -> Any:
     """Horovod's ``synchronize``, waiting without its busy wait: Prague puts it in place of
-    Horovod's in ``horovod.torch`` and in the Horovod modules that wait with it
-    (``import_hook.TORCH_WAITING_MODULES``), so a script's collectives, broadcasts and elastic
-    syncs wait this way too.
+    Horovod's in the Horovod modules that wait with it (``import_hook.TORCH_WAITING_MODULES``),
+    and under the drop-in in ``horovod.torch`` too, so a script's collectives, broadcasts and
+    elastic syncs wait this way.
 
     The result, the errors and the absence of a deadline are Horovod's. Horovod's spins (poll,
     yield, poll); on ranks that share cores, each spinning rank takes CPU from the background
