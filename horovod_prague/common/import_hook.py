@@ -177,13 +177,12 @@ def replacements(module: str) -> dict[str, str]:
 
 
 def originals(module: ModuleType) -> ModuleType:
-    """``module`` as Horovod made it, whether or not the drop-in replaced some of its names."""
-    saved = _originals.get(module.__name__)
-    if not saved:
-        return module
+    """``module`` as Horovod made it: a copy whose replaced names are Horovod's own, whether
+    the drop-in replaced them before this call or does so after it (``install`` once a Prague
+    package has taken its copy)."""
     view = ModuleType(module.__name__)
     view.__dict__.update(vars(module))
-    view.__dict__.update(saved)
+    view.__dict__.update(_originals.get(module.__name__, {}))
     return view
 
 

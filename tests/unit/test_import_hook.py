@@ -74,6 +74,19 @@ def test_importing_our_package_first_works_too():
     assert out == ["horovod_prague.torch horovod.torch.mpi_ops"]
 
 
+def test_switching_the_drop_in_on_after_our_package_keeps_horovods_own_for_it():
+    """Prague's package calls Horovod's functions, never the drop-in's forwarders back to
+    itself, when ``install`` comes after ``import horovod_prague.torch``."""
+    out = _python(
+        "import horovod_prague.torch as p\n"
+        "from horovod_prague.common import import_hook\n"
+        "import_hook.install()\n"
+        "import horovod.torch as h\n"
+        "print(h.init.__prague_target__, hasattr(p._binding.hvd.init, '__prague_target__'))\n"
+    )
+    assert out == ["horovod_prague.torch False"]
+
+
 @pytest.mark.parametrize("drop_in", [True, False], ids=["drop-in", "explicit"])
 def test_elastic_resets_and_commits_go_through_prague(drop_in):
     """``hvd.elastic.run`` resets through ``Binding.reset``, and an elastic state's commit
