@@ -1,0 +1,121 @@
+"""Where an elastic job's time goes after a lost worker, stock Horovod against ``--prague``.
+
+    .venv/bin/python benchmarks/reset_phases.py [--seeds 1 2 3] [--steps 160]
+
+Each seed runs one job of each system, one at a time, alternating: ``prague-bench``'s fault
+job (``bench.elastic_worker``: 8 Gloo ranks on ``localhost:4,127.0.0.1:4``, ``--min-np 4``,
+rank 5 dies at its step 100, a commit every 100 steps, random slowdown) with every phase of
+the reset timed on each survivor (``workers/reset_phases.py``). Per phase, the median over
+the seeds of the latest survivor's end, in seconds after the kill, and of the longest
+survivor's time in it; then the kill to the next step (``faults.recovery``) and the wall.
+docs/results.md (*The extra second*) records runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from horovod_prague.bench.faults import recovery
+
+WORKER = Path(__file__).parent / "workers" / "reset_phases.py"
+BIN = Path(sys.executable).parent
+PHASES = (
+    "state restored (a collective failed)",
+    "horovod shutdown",
+    "horovod init",
+    "prague's process sets",
+    "one process set added",
+    "prague's start",
+    "group generator connection",
+    "state synced",
+)
+SYSTEMS = {"stock": [], "prague": ["--prague"]}
+
+
+def job(flags: list[str], seed: int, steps: int) -> dict:
+    """One fault job; its result, with per phase of the reset (the calls that began between
+    the kill and the latest survivor's next step) the latest end after the kill and the
+    longest time a survivor spent in it (summed over its calls)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        command = [
+            str(BIN / "horovodrun"), "-np", "8", "--min-np", "4",
+            "-H", "localhost:4,127.0.0.1:4", "--gloo", *flags,
+            sys.executable, str(WORKER), "--steps", str(steps), "--kill", "5@100",
+            "--commit-every", "100", "--seed", str(seed), "--out", str(out),
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+        if done.returncode or not out.exists():
+            raise RuntimeError(f"{flags}: exit {done.returncode}\n{done.stdout[-3000:]}")
+        result = json.loads(out.read_text())
+        killed_at = json.loads(Path(f"{out}.killed").read_text())
+        result["killed_at"] = killed_at
+        resumed_at = killed_at + (recovery(result) or 0.0)
+        ends: dict[str, float] = {}
+        spent: dict[str, float] = {}
+        for trace in Path(tmp).glob("r.json.phases.*"):
+            mine: dict[str, float] = defaultdict(float)
+            for phase, start, end in json.loads(trace.read_text()):
+                if not killed_at <= start <= resumed_at:  # the reset's calls only
+                    continue
+                mine[phase] += end - start
+                ends[phase] = max(ends.get(phase, 0.0), end - killed_at)
+            for phase, seconds in mine.items():
+                spent[phase] = max(spent.get(phase, 0.0), seconds)
+    result["phase_ends"], result["phase_spent"] = ends, spent
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=160)
+    args = parser.parse_args()
+    runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
+    for seed in args.seeds:
+        for name, flags in SYSTEMS.items():
+            r = job(flags, seed, args.steps)
+            runs[name].append(r)
+            print(
+                f"seed {seed} {name}: kill to next step {recovery(r):.2f} s, wall "
+                f"{r['wall']:.1f} s, one model {r['same_model_on_every_rank']}",
+                flush=True,
+            )
+
+    def median(name: str, key: str, phase: str) -> str:
+        values = [r[key][phase] for r in runs[name] if phase in r[key]]
+        return f"{statistics.median(values):.3f}" if values else "-"
+
+    print("\n| phase | stock: ends at (s) | stock: longest in it (s) | prague: ends at (s) "
+          "| prague: longest in it (s) |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    for phase in PHASES:
+        cells = [median(n, k, phase) for n in SYSTEMS for k in ("phase_ends", "phase_spent")]
+        print(f"| {phase} | {' | '.join(cells)} |")
+    for label, value in (
+        ("kill to next step", lambda r: recovery(r)),
+        ("wall", lambda r: r["wall"]),
+    ):
+        cells = [
+            f"{statistics.median(value(r) for r in runs[n]):.3f} "
+            f"({', '.join(f'{value(r):.2f}' for r in runs[n])})"
+            for n in SYSTEMS
+        ]
+        print(f"| {label} | {cells[0]} | | {cells[1]} | |")
+
+
+if __name__ == "__main__":
+    main()
