@@ -36,14 +36,18 @@ PHASES = (
     "prague's start",
     "group generator connection",
     "state synced",
+    "first step (its training and averaging)",
+    "group generator's group for it",
+    "prague's average in the first step",
 )
+STEP = PHASES[-3]
 SYSTEMS = {"stock": [], "prague": ["--prague"]}
 
 
 def job(flags: list[str], seed: int, steps: int) -> dict:
-    """One fault job; its result, with per phase of the reset (the calls that began between
-    the kill and the latest survivor's next step) the latest end after the kill and the
-    longest time a survivor spent in it (summed over its calls)."""
+    """One fault job; its result, with per phase of the reset (a survivor's calls from the
+    kill to the end of its first step) the latest end after the kill and the longest time a
+    survivor spent in it (summed over its calls)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         command = [
@@ -63,16 +67,17 @@ def job(flags: list[str], seed: int, steps: int) -> dict:
         result = json.loads(out.read_text())
         killed_at = json.loads(Path(f"{out}.killed").read_text())
         result["killed_at"] = killed_at
-        resumed_at = killed_at + (recovery(result) or 0.0)
         ends: dict[str, float] = {}
         spent: dict[str, float] = {}
         for trace in Path(tmp).glob("r.json.phases.*"):
             mine: dict[str, float] = defaultdict(float)
-            for phase, start, end in json.loads(trace.read_text()):
-                if not killed_at <= start <= resumed_at:  # the reset's calls only
+            for phase, start, end in sorted(json.loads(trace.read_text()), key=lambda c: c[1]):
+                if start < killed_at:
                     continue
                 mine[phase] += end - start
                 ends[phase] = max(ends.get(phase, 0.0), end - killed_at)
+                if phase == STEP:  # this survivor's reset ends with its first step
+                    break
             for phase, seconds in mine.items():
                 spent[phase] = max(spent.get(phase, 0.0), seconds)
     result["phase_ends"], result["phase_spent"] = ends, spent

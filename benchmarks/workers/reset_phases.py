@@ -2,9 +2,10 @@
 
 Run as the elastic worker is, with the same arguments; wraps, before Horovod is imported,
 the calls a reset makes (Horovod's shutdown, init and ``add_process_set``; Prague's process
-sets and start; the state's restore and sync) and writes each call's start and end, in
-seconds since the epoch, to ``<out>.phases.<pid>`` when the worker ends. A killed rank
-writes none. ``benchmarks/reset_phases.py`` reads them.
+sets and start; the state's restore and sync; the training step, and in it Prague's average
+and its group) and writes each call's start and end, in seconds since the epoch, to
+``<out>.phases.<pid>`` when the worker ends. A killed rank writes none.
+``benchmarks/reset_phases.py`` reads them.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ def main() -> None:
     timed(runtime.PragueRuntime, "_connect", "group generator connection")
 
     from horovod_prague.bench import elastic_worker
+    from horovod_prague.bench.torch_trainer import FrameworkTrainer
+    from horovod_prague.common.binding import Binding
+
+    timed(FrameworkTrainer, "step", "first step (its training and averaging)")
+    timed(Binding, "exchange", "prague's average in the first step")
+    timed(Binding, "next_group", "group generator's group for it")
 
     out = None
     try:
