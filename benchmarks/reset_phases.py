@@ -1,6 +1,6 @@
 """Where an elastic job's time goes after a lost worker, stock Horovod against ``--prague``.
 
-    .venv/bin/python benchmarks/reset_phases.py [--seeds 1 2 3] [--steps 160]
+    .venv/bin/python benchmarks/reset_phases.py [--seeds 1 2 3] [--steps 160] [--keep DIR]
 
 Each seed runs one job of each system, one at a time, alternating: ``prague-bench``'s fault
 job (``bench.elastic_worker``: 8 Gloo ranks on ``localhost:4,127.0.0.1:4``, ``--min-np 4``,
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,11 +41,12 @@ PHASES = (
     "group generator's group for it",
     "prague's average in the first step",
 )
-STEP = PHASES[-3]
+RESTORED, STEP = PHASES[0], PHASES[-3]
+IN_STEP = PHASES[-3:]
 SYSTEMS = {"stock": [], "prague": ["--prague"]}
 
 
-def job(flags: list[str], seed: int, steps: int) -> dict:
+def job(flags: list[str], seed: int, steps: int, keep: Path | None) -> dict:
     """One fault job; its result, with per phase of the reset (a survivor's calls from the
     kill to the end of its first step) the latest end after the kill and the longest time a
     survivor spent in it (summed over its calls)."""
@@ -62,37 +64,60 @@ def job(flags: list[str], seed: int, steps: int) -> dict:
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+        if keep is not None:
+            shutil.copytree(tmp, keep / f"seed{seed}{'-'.join(['', *flags])}", dirs_exist_ok=True)
         if done.returncode or not out.exists():
             raise RuntimeError(f"{flags}: exit {done.returncode}\n{done.stdout[-3000:]}")
         result = json.loads(out.read_text())
         killed_at = json.loads(Path(f"{out}.killed").read_text())
         result["killed_at"] = killed_at
-        ends: dict[str, float] = {}
-        spent: dict[str, float] = {}
-        for trace in Path(tmp).glob("r.json.phases.*"):
-            mine: dict[str, float] = defaultdict(float)
-            for phase, start, end in sorted(json.loads(trace.read_text()), key=lambda c: c[1]):
-                if start < killed_at:
-                    continue
-                mine[phase] += end - start
-                ends[phase] = max(ends.get(phase, 0.0), end - killed_at)
-                if phase == STEP:  # this survivor's reset ends with its first step
-                    break
-            for phase, seconds in mine.items():
-                spent[phase] = max(spent.get(phase, 0.0), seconds)
-    result["phase_ends"], result["phase_spent"] = ends, spent
+        traces = [json.loads(t.read_text()) for t in Path(tmp).glob("r.json.phases.*")]
+    result["phase_ends"], result["phase_spent"] = reset_phases(traces, killed_at)
     return result
+
+
+Call = tuple[str, float, float]
+
+
+def reset_phases(traces: list[list[Call]], killed_at: float) -> tuple[dict, dict]:
+    """Per phase, the latest end after the kill and the longest time one survivor spent in
+    it, from each survivor's calls (phase, start, end) between the kill and the end of its
+    first step after it restored the state; a step the failure ended does not count.
+
+    >>> survivor = [("state synced", 5.0, 6.0), (STEP, 9.0, 9.5), (RESTORED, 10.2, 10.3),
+    ...             ("horovod init", 10.3, 10.8), (STEP, 11.0, 11.2), (STEP, 12.0, 12.1)]
+    >>> ends, spent = reset_phases([survivor], killed_at=9.2)
+    >>> [(phase.split()[0], ends[phase], spent[phase]) for phase in ends]
+    [('state', 1.1, 0.1), ('horovod', 1.6, 0.5), ('first', 2.0, 0.2)]
+    """
+    ends: dict[str, float] = {}
+    spent: dict[str, float] = {}
+    for calls in traces:
+        mine: dict[str, float] = defaultdict(float)
+        restored = False
+        for phase, start, end in sorted(calls, key=lambda c: c[1]):
+            restored = restored or phase == RESTORED
+            if start < killed_at or (phase in IN_STEP and not restored):
+                continue  # before the kill, or a step that the failure ended
+            mine[phase] += end - start
+            ends[phase] = round(max(ends.get(phase, 0.0), end - killed_at), 6)
+            if phase == STEP:  # this survivor's reset ends with its first step after it
+                break
+        for phase, seconds in mine.items():
+            spent[phase] = round(max(spent.get(phase, 0.0), seconds), 6)
+    return ends, spent
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=160)
+    parser.add_argument("--keep", type=Path, help="copy each job's results and traces here")
     args = parser.parse_args()
     runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
     for seed in args.seeds:
         for name, flags in SYSTEMS.items():
-            r = job(flags, seed, args.steps)
+            r = job(flags, seed, args.steps, args.keep)
             runs[name].append(r)
             print(
                 f"seed {seed} {name}: kill to next step {recovery(r):.2f} s, wall "
