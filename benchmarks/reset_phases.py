@@ -24,7 +24,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from horovod_prague.bench.faults import recovery
+from horovod_prague.bench.faults import hosts, recovery
 
 WORKER = Path(__file__).parent / "workers" / "reset_phases.py"
 BIN = Path(sys.executable).parent
@@ -54,7 +54,7 @@ def job(flags: list[str], seed: int, steps: int, keep: Path | None) -> dict:
         out = Path(tmp) / "r.json"
         command = [
             str(BIN / "horovodrun"), "-np", "8", "--min-np", "4",
-            "-H", "localhost:4,127.0.0.1:4", "--gloo", *flags,
+            "-H", hosts(8), "--gloo", *flags,
             sys.executable, str(WORKER), "--steps", str(steps), "--kill", "5@100",
             "--commit-every", "100", "--seed", str(seed), "--out", str(out),
         ]  # fmt: skip
@@ -136,7 +136,7 @@ def main() -> None:
         cells = [median(n, k, phase) for n in SYSTEMS for k in ("phase_ends", "phase_spent")]
         print(f"| {phase} | {' | '.join(cells)} |")
     for label, value in (
-        ("kill to next step", lambda r: recovery(r)),
+        ("kill to next step", recovery),
         ("wall", lambda r: r["wall"]),
     ):
         cells = [
