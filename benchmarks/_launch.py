@@ -20,18 +20,21 @@ def horovodrun(
     controller: str = "gloo",
     timeout: float = 600,
     flags: tuple[str, ...] = (),
+    bin_dir: Path = BIN,
 ) -> dict:
-    command = [str(BIN / "horovodrun"), "-np", str(np), "-H", f"localhost:{np}"]
+    """``bin_dir``: the virtual environment's ``bin`` to run from (this Python's by default)."""
+    command = [str(bin_dir / "horovodrun"), "-np", str(np), "-H", f"localhost:{np}"]
     command += (
         ["--gloo"]
         if controller == "gloo"
         else ["--mpi", "--mpi-args=--oversubscribe --allow-run-as-root"]
     )
-    command += [*flags, sys.executable, str(WORKERS / worker), *(args or [])]
+    python = sys.executable if bin_dir == BIN else str(bin_dir / "python")
+    command += [*flags, python, str(WORKERS / worker), *(args or [])]
     full_env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         **(env or {}),
     }
     out = subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)

@@ -12,27 +12,11 @@ jobs alternate, one at a time.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 from pathlib import Path
 
-WORKER = Path(__file__).parent / "workers" / "reset_cost.py"
+from _launch import horovodrun
+
 REPO = Path(__file__).parents[1]
-
-
-def job(venv: Path, ranks: int) -> dict[str, float]:
-    bin_dir = venv / "bin"
-    command = [
-        str(bin_dir / "horovodrun"), "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo",
-        str(bin_dir / "python"), str(WORKER),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-    for line in out.stdout.splitlines():
-        if "BENCH " in line:
-            return json.loads(line.split("BENCH ", 1)[1])
-    raise RuntimeError(f"{venv}: no result\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
 
 
 def main() -> None:
@@ -46,7 +30,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for _ in range(args.rounds):
         for venv in venvs:
-            r = job(venv, args.ranks)
+            r = horovodrun("reset_cost.py", args.ranks, bin_dir=venv / "bin")
             cells = " | ".join(
                 f"{r[k] * 1e3:.1f}" for k in ("init", "sets", "allreduce", "shutdown")
             )
