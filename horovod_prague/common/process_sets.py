@@ -17,7 +17,8 @@ class ProcessSetPool:
     """Maps groups to the Horovod process sets registered for them.
 
     ``sets`` are the ``hvd.ProcessSet`` objects given to ``hvd.init(process_sets=...)``, one per
-    group in ``groups``; without them the sets are added now (Horovod's dynamic process sets).
+    group in ``groups``; without them the sets are added now (Horovod's dynamic process sets),
+    all at once where Horovod can (``add_process_sets``, ``patches/0022``).
     """
 
     def __init__(
@@ -32,7 +33,11 @@ class ProcessSetPool:
         self.rank = rank
         self.world: Group = tuple(range(size))
         if sets is None:
-            sets = [hvd.add_process_set(list(group)) for group in groups]
+            add_all = getattr(hvd, "add_process_sets", None)
+            if add_all is not None:
+                sets = add_all([list(group) for group in groups])
+            else:
+                sets = [hvd.add_process_set(list(group)) for group in groups]
         self.sets: dict[Group, Any] = dict(zip(groups, sets, strict=True))
         for group, process_set in self.sets.items():
             if tuple(process_set.ranks) != group:

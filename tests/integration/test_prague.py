@@ -204,3 +204,18 @@ def test_tensorflow_variables_get_the_group_mean(tmp_path):
             np.testing.assert_allclose(step["after"], mean - 1.0, rtol=1e-5, atol=1e-5)
             assert step["counter"] == sum(10 * m + 3 for m in group) // len(group)
     assert averaged > 0
+
+
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+def test_horovod_adds_process_sets_at_once(tmp_path, controller):
+    """``add_process_sets`` (``patches/0022``), with which Prague adds its pair sets after each
+    elastic reset: every set in the order given, each one working; a batch holding a set that
+    exists adds none of its sets."""
+    job = run_ranks("added_sets.py", tmp_path, np=4, controller=controller).check()
+    pairs = [[a, b] for a in range(4) for b in range(a + 1, 4)]
+    for rep in job.reports:
+        assert rep["sets"] == pairs
+        mine = [p for p in pairs if rep["rank"] in p]
+        assert rep["means"] == {str(p): sum(p) / 2 for p in mine}
+        assert "duplicate process set" in rep["refused"]
+        assert rep["table"] == sorted([[0, 1, 2, 3], *pairs])

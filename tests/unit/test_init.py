@@ -428,6 +428,33 @@ def test_dynamic_process_sets_keep_the_layout_the_launcher_gave(monkeypatch):
     assert hvd.added and all(len(ranks) >= 2 for ranks in hvd.added)
 
 
+class BatchAddingHorovod(AcceptingHorovod):
+    """Horovod with ``add_process_sets`` (``patches/0022``)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.batches: list[list[list[int]]] = []
+
+    def add_process_sets(self, sets):
+        self.batches.append(sets)
+        return [types.SimpleNamespace(ranks=ranks) for ranks in sets]
+
+
+def test_dynamic_process_sets_are_added_at_once_where_horovod_can():
+    """One ``add_process_sets`` call with every group's set, in the groups' order, where
+    Horovod offers it; else one ``add_process_set`` per group, in the same order."""
+    from horovod_prague.common.process_sets import ProcessSetPool
+
+    groups = ((0, 1), (0, 2), (1, 2))
+    batching = BatchAddingHorovod(local_size=3)
+    pool = ProcessSetPool(batching, groups, size=3, rank=1)
+    assert batching.batches == [[[0, 1], [0, 2], [1, 2]]] and batching.added == []
+    assert pool.get((1, 2)).ranks == [1, 2]
+    one_by_one = AcceptingHorovod(local_size=3)
+    ProcessSetPool(one_by_one, groups, size=3, rank=1)
+    assert one_by_one.added == [[0, 1], [0, 2], [1, 2]]
+
+
 @pytest.mark.filterwarnings("ignore:the launcher did not announce")  # 6 ranks, a host of 4
 @pytest.mark.parametrize("local_size", [4, 2])
 def test_hosts_of_different_sizes_that_no_launcher_named_stop_with_a_clear_error(
