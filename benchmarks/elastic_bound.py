@@ -3,6 +3,7 @@
 ranks free of each other gain only within a window. A model of the delays, no job is run.
 
     .venv/bin/python benchmarks/elastic_bound.py --commit-every 100,25
+    .venv/bin/python benchmarks/elastic_bound.py --host-size 1   # 8 hosts of one rank
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ def main() -> None:
     parser.add_argument("--commit-every", default="100,25")
     parser.add_argument("--scenario", default="random")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--host-size", type=int, help="ranks per host, all lost with the killed one (default half)"
+    )
     args = parser.parse_args()
     print(f"{'commit every':>12} " + " ".join(f"{f'seed {s}':>7}" for s in range(args.seeds)))
     for commit_every in (int(c) for c in args.commit_every.split(",")):
@@ -30,6 +34,7 @@ def main() -> None:
                 args.kill,
                 args.steps,
                 commit_every,
+                host_size=args.host_size,
             )
             for seed in range(args.seeds)
         ]

@@ -169,8 +169,9 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     ap.add_argument(
         "--fault",
         metavar="R@K",
-        help="run every system under Horovod elastic on two hosts of this machine; rank R dies "
-        f"at its step K (PyTorch; '{faults.REFERENCE}', without fault, joins each block)",
+        help="run every system under Horovod elastic (on two hosts of this machine, or on "
+        f"--hosts); rank R dies at its step K (PyTorch; '{faults.REFERENCE}', without fault, "
+        "joins each block)",
     )
     ap.add_argument(
         "--commit-every", type=int, default=25, help="with --fault: steps between commits"
@@ -253,14 +254,16 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
             killed, kill_step = faults.parse_kill(a.fault)
         except ValueError as e:
             ap.error(f"--fault: {e}")
-        if a.framework != "torch" or a.hosts:
-            ap.error("--fault: PyTorch on this machine only (no --framework, no --hosts)")
+        if a.framework != "torch":
+            ap.error("--fault: PyTorch only (no --framework)")
         if len(ranks) > 1 or len(scenarios) > 1:
             ap.error("--fault: one rank count and one scenario per run")
         if kill_step >= pick("steps"):
             ap.error(f"--fault {a.fault}: the kill comes after the run's {pick('steps')} steps")
-        if any(n % 2 or killed >= n for n in ranks):
+        if any(killed >= n or (hosts is None and n % 2) for n in ranks):
             ap.error(f"--fault {a.fault}: needs an even number of ranks, more than {killed}")
+        if hosts == 1:
+            ap.error("--fault --hosts: the fault drops a whole host; one leaves no survivor")
         if a.commit_every < 1:
             ap.error("--commit-every: must be at least 1")
         if a.readmit_after is not None and not 1 <= a.readmit_after <= faults.MAX_READMIT_S:
@@ -373,8 +376,9 @@ def job_command(
     if job["system"] == "allreduce-poll":
         common.append("--poll-wait")
     if plan.fault and job["system"] != faults.REFERENCE:
+        spec = faults.hosts(n) if hosts is None else hosts.host_spec(plan.slots)
         command = [str(BINDIR / "horovodrun"), "-np", str(n), "--min-np", str(n // 2)]
-        command += ["-H", faults.hosts(n), "--gloo", *flags]
+        command += ["-H", spec, "--gloo", *flags]
         if plan.readmit_after is not None:
             command += ["--blacklist-cooldown-range", *[str(plan.readmit_after)] * 2]
         command += [sys.executable, "-m", "horovod_prague.bench.elastic_worker", *common]
@@ -470,6 +474,20 @@ def _write_fault_outputs(
 ) -> int:
     rows = faults.summarize(results)
     table = faults.markdown(rows, {s: label for s, (label, _) in labels.items()})
+    seeds = range(plan.first_seed, plan.first_seed + plan.seeds)
+    bounds = [
+        faults.commit_window_bound(
+            schedule(plan.scenarios[0], plan.ranks[0], plan.steps, seed).factors,
+            faults.parse_kill(plan.fault),
+            plan.steps,
+            plan.commit_every,
+            host_size=plan.slots,
+        )
+        for seed in seeds
+    ]
+    table += "\n\nThe script's bound (``faults.commit_window_bound``), seed by seed: " + ", ".join(
+        f"{b:.2f}x" for b in bounds
+    )
     (out / "table.md").write_text(table + "\n")
     (out / "results.json").write_text(
         json.dumps({"plan": dataclasses.asdict(plan), "summary": rows, "runs": results}, indent=1)

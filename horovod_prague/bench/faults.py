@@ -82,7 +82,11 @@ def recovery(run: dict[str, Any]) -> float | None:
 
 
 def commit_window_bound(
-    factors: list[list[float]], kill: tuple[int, int], steps: int, commit_every: int
+    factors: list[list[float]],
+    kill: tuple[int, int],
+    steps: int,
+    commit_every: int,
+    host_size: int | None = None,
 ) -> float:
     """What the slowdowns alone allow ranks free between commits to gain over All-Reduce.
 
@@ -90,7 +94,8 @@ def commit_window_bound(
     global wait (Horovod's ``check_host_updates`` broadcasts), so a rank can run ahead of the
     others only within a window. Per window, All-Reduce waits for the slowest rank at every
     step, free ranks only for the slowest sum. The first world's ranks train until rank R's
-    step K; its host's half of the ranks is lost; the other half go on from the last commit
+    step K; the ``host_size`` ranks of its host are lost (Horovod's driver drops the whole
+    host; by default half the ranks, two hosts); the others go on from the last commit
     until the samples of ``steps`` steps of every rank, each slowed as ``factors`` say for
     the rank it was at the start. Ignores communication and the reset itself.
 
@@ -98,10 +103,14 @@ def commit_window_bound(
     >>> slow[1][0] = slow[0][1] = 3.0  # one slow step each, in one window of 2
     >>> commit_window_bound(slow, kill=(1, 2), steps=2, commit_every=2)  # 2x3 over 4: 1.5
     1.5
+    >>> fast = [[1.0] * 4, [1.0] * 4, [1.0] * 4, [1.0] * 4]
+    >>> commit_window_bound(fast, kill=(3, 2), steps=2, commit_every=1, host_size=1)
+    1.0
     """
     ranks = len(factors)
-    half = ranks // 2
-    lost_host = range(half, ranks) if kill[0] >= half else range(half)
+    host_size = ranks // 2 if host_size is None else host_size
+    first = kill[0] // host_size * host_size
+    lost_host = range(first, first + host_size)
     survivors = [r for r in range(ranks) if r not in lost_host]
     committed = kill[1] // commit_every * commit_every
     windows = [(list(range(ranks)), start) for start in range(0, committed, commit_every)]
