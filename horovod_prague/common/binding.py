@@ -542,26 +542,6 @@ class Binding(abc.ABC):
         self._exchanges_since_consensus = 0
         return True
 
-    def commits_alone(self) -> bool:
-        """Whether an elastic state's commit agrees on host changes through the Group
-        Generator, waiting for no rank (``elastic_commit=local``; ``common.elastic``)."""
-        return self._runtime is not None and self._runtime.config.elastic_commit == "local"
-
-    @_naming_the_stopped_rank
-    def host_changes(self, notice: tuple[float, int]) -> tuple[float, int]:
-        """Report this rank's host notice (its newest timestamp and the updates since; 0:
-        none) at an elastic commit; whether the hosts changed, as every rank hears at it."""
-        return self.runtime().host_changes(*notice)
-
-    def settle(self) -> None:
-        """One global average of the tracked models, whatever was averaged since the last
-        (before an elastic reset on host changes, which every rank reaches at the same
-        commit): the groups already decided run first, so no rank waits in one for a rank
-        in the reset."""
-        values = self.tracked()
-        if values:
-            self.average_model(values)
-
     def _final_average(self, values: list[Any]) -> None:
         """A world average outside the Group Generator's syncs: every rank has finished."""
         rt = self.runtime()

@@ -39,7 +39,6 @@ redrawn ones (docs/results.md, *The momentum takes its share of the averages*)."
 MEASURED_MOMENTUM = 0.9
 """The momentum coefficient ``momentum_correction`` was measured with (``share_at``)."""
 STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
-ELASTIC_COMMITS = ("local", "global")
 
 HELP = {
     "strategy": "how the Group Generator forms groups: " + ", ".join(STRATEGIES),
@@ -66,10 +65,6 @@ HELP = {
     "each group average's move of a parameter that its momentum buffer takes too, as if the "
     "move had been a step, so a rank's momentum stops pulling its model back toward its own "
     f"data; from 0 (off) to 1; auto: {MOMENTUM_CORRECTION}",
-    "elastic_commit": "what an elastic state's commit waits for: global, every rank, after a "
-    "global average (Horovod's broadcast); local, nobody: the ranks agree through the Group "
-    "Generator whether the hosts changed and average globally only when they did, so a rank's "
-    "commit may be ahead of others' and a lost worker takes every rank to rank 0's",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
 }
@@ -90,7 +85,6 @@ class PragueConfig:
     timeout: float = 60.0
     weighting: str = "progress"
     momentum_correction: str = AUTO
-    elastic_commit: str = "global"
     coordinator_addr: str = ""
     coordinator_port: int = 0
 
@@ -120,11 +114,6 @@ class PragueConfig:
         share = self._auto_or_number("momentum_correction", float, "a share from 0 to 1")
         if share is not None and not 0.0 <= share <= 1.0:
             raise ValueError(f"momentum_correction: must be in [0, 1], got {share}")
-        if self.elastic_commit not in ELASTIC_COMMITS:
-            raise ValueError(
-                f"elastic_commit: expected {' or '.join(ELASTIC_COMMITS)}, "
-                f"got {self.elastic_commit!r}"
-            )
         if not 0 <= self.coordinator_port < 65536:
             raise ValueError(f"coordinator_port: must be in 0..65535, got {self.coordinator_port}")
 

@@ -333,18 +333,6 @@ class GroupGeneratorServer:
             return _owed_reply(gg.finish(conn.rank))
         if op == "rejoin":
             return {"syncs": gg.rejoin(conn.rank)}
-        if op == "hosts":
-            commit, timestamp, update = (message.get(k) for k in ("commit", "timestamp", "update"))
-            if not isinstance(commit, int) or isinstance(commit, bool) or commit < 1:
-                raise _Refused(f"'commit' must be a positive integer, got {commit!r}")
-            if not isinstance(timestamp, (int, float)) or isinstance(timestamp, bool):
-                raise _Refused(f"'timestamp' must be a number, got {timestamp!r}")
-            if not isinstance(update, int) or isinstance(update, bool) or not 0 <= update < 4:
-                raise _Refused(
-                    f"'update' must be 0 to 3 (Horovod's host update flags), got {update!r}"
-                )
-            answer = gg.host_changes(conn.rank, commit, float(timestamp), update)
-            return {"timestamp": answer[0], "update": answer[1]}
         if op == "waiting":
             group = message.get("group")
             if not isinstance(group, list) or not all(
@@ -602,12 +590,6 @@ class GroupGeneratorClient:
     def waiting(self, group: Group) -> None:
         """Tell the Group Generator this rank has waited long on ``group``'s average."""
         self.request("waiting", group=list(group))
-
-    def host_changes(self, commit: int, timestamp: float, update: int) -> tuple[float, int]:
-        """Whether the hosts changed, as every rank hears at its ``commit``-th commit, after
-        reporting this rank's notice (``GroupGenerator.host_changes``); does not wait."""
-        reply = self.request("hosts", commit=commit, timestamp=timestamp, update=update)
-        return float(reply["timestamp"]), int(reply["update"])
 
     def stats(self) -> dict[str, Any]:
         return self.request("stats")

@@ -20,11 +20,6 @@ ranks' step counts. It is postponed while a rank is paused at a sync (that rank 
 buffer and waits in the sync's world average) to the next request after the pause, and
 skipped once a rank has finished (the final average of ``finish`` takes its place).
 
-Host changes (Horovod elastic's notices, which its driver sends to rank 0 alone) are told
-to every rank at the same commit without a barrier: a rank reports the notices it received
-when it reaches a commit, and the first rank to reach the k-th commit fixes the answer for
-it, every change reported since the last answered one (``host_changes``).
-
     >>> from horovod_prague.common.strategies import StaticStrategy
     >>> from horovod_prague.common.topology import Topology
     >>> gg = GroupGenerator(StaticStrategy(Topology(4, 2), 2, 2, seed=0))
@@ -93,10 +88,6 @@ class GroupGenerator:
         # The group each rank said it has waited on for long (``note_waiting``), until it asks
         # for anything else.
         self.waiting: list[Group | None] = [None] * size
-        # Host changes reported and not yet answered: the newest timestamp, the updates.
-        self.host_news: tuple[float, int] = (0.0, 0)
-        # commit -> (its answer, the ranks that have asked); dropped once all have.
-        self.commits: dict[int, tuple[tuple[float, int], set[int]]] = {}
         self._lock = threading.Lock()
 
     def next_group(self, rank: int) -> Group:
@@ -175,41 +166,6 @@ class GroupGenerator:
             self.active.add(rank)
             self.counts_at_consensus[rank] = self.counts[rank]
             return max(self.syncs, default=0)
-
-    def host_changes(
-        self, rank: int, commit: int, timestamp: float, update: int
-    ) -> tuple[float, int]:
-        """Whether the hosts changed, as every rank hears at its ``commit``-th commit: the
-        newest timestamp and the updates (flags, 0 for none) of every change reported since
-        the last answer that had one, fixed when the first rank reaches that commit.
-        ``rank`` reports ``update`` at ``timestamp`` (0: it received no notice).
-
-        Does not wait: a rank that reaches a commit after the others hears what they heard,
-        and a change reported after a commit was answered goes to the next commit.
-
-            >>> from horovod_prague.common.strategies import StaticStrategy
-            >>> from horovod_prague.common.topology import Topology
-            >>> gg = GroupGenerator(StaticStrategy(Topology(2, 2), 2, 1, seed=0))
-            >>> gg.host_changes(1, 1, 0.0, 0), gg.host_changes(0, 1, 7.0, 2)
-            ((0.0, 0), (0.0, 0))
-            >>> gg.host_changes(1, 2, 0.0, 0), gg.host_changes(0, 2, 0.0, 0)
-            ((7.0, 2), (7.0, 2))
-        """
-        with self._lock:
-            self._check(rank)
-            if update:
-                newest, updates = self.host_news
-                self.host_news = (max(newest, timestamp), updates | update)
-            if commit not in self.commits:
-                self.commits[commit] = (self.host_news, set())
-                self.host_news = (self.host_news[0], 0)
-            answer, asked = self.commits[commit]
-            if rank in asked:
-                raise ValueError(f"rank {rank} reached commit {commit} twice")
-            asked.add(rank)
-            if len(asked) == self.size:
-                del self.commits[commit]
-            return answer
 
     def _arrive(self, sync_id: int, rank: int) -> None:
         self.arrived[sync_id].add(rank)

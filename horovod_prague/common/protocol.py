@@ -38,7 +38,7 @@ MAX_HELLO_FRAME = 4 * 1024
 """The largest frame length accepted before hello."""
 MAX_REPLY = 4 * 1024 * 1024
 """The largest frame length a client accepts: ``stats`` and ``sync`` replies grow with the job."""
-OPS = ("hello", "next", "sync", "finish", "rejoin", "waiting", "hosts", "stats")
+OPS = ("hello", "next", "sync", "finish", "rejoin", "waiting", "stats")
 _LENGTH = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")
 _MAC_SIZE = 32

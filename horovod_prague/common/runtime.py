@@ -59,8 +59,6 @@ class PragueRuntime:
         self.hosts: list[str] = []
         """Each rank's host name (known once started)."""
         self.syncs = 0
-        self.commits = 0
-        """Elastic commits this rank has reached in this world (``host_changes``)."""
         self.finished = False
         self.finals = 0
 
@@ -149,12 +147,6 @@ class PragueRuntime:
         where a rank had finished (``GroupGenerator.sync``)."""
         self.syncs += 1
         return self.client.sync(self.syncs)
-
-    def host_changes(self, timestamp: float, update: int) -> tuple[float, int]:
-        """Report this rank's host notice at its next elastic commit; the changes every rank
-        hears at that commit (``GroupGenerator.host_changes``)."""
-        self.commits += 1
-        return self.client.host_changes(self.commits, timestamp, update)
 
     def finish(self) -> Owed:
         """Leave: what is still owed to others, which the caller must run."""

@@ -6,8 +6,7 @@ Keras's elastic runs), with Prague rebuilt on reset: as ``horovod_prague.torch.e
 ``UnknownError``; Horovod's ``run`` resets only when its message names a plain all-reduce,
 allgather or broadcast op, and for any other ``UnknownError`` returns as if training had
 ended. Prague's averages are grouped all-reduces, and its waits run in the step's
-``py_function``: here those reset too, and any other error propagates. A state's ``commit``
-is as in ``horovod_prague.torch.elastic``.
+``py_function``: here those reset too, and any other error propagates.
 
     import horovod.tensorflow.keras as hvd
 
@@ -31,7 +30,6 @@ from horovod.common.exceptions import HorovodInternalError
 from horovod.tensorflow.elastic import TensorFlowKerasState, TensorFlowState
 
 from ..common.binding import _process_set_dropped, _says_a_rank_is_gone
-from ..common.elastic import commit_without_waiting
 from ..common.import_hook import patch_horovod
 from .binding import binding
 
@@ -85,5 +83,3 @@ _reset = binding.reset
 # Keras's elastic module binds TensorFlow's ``run`` when imported: the drop-in points it at
 # ours on import, and ``horovod_prague.keras`` does so when imported itself.
 patch_horovod("horovod.tensorflow.elastic")
-for _state in (TensorFlowKerasState, TensorFlowState):  # Keras's KerasState is the first's
-    commit_without_waiting(_state, binding)

@@ -3,10 +3,8 @@
 ``hvd.elastic.run`` resets after a worker was lost or the hosts changed; under Prague its reset
 initializes Horovod and Prague again for the new world (``Binding.reset``), and a state's
 ``commit``, which broadcasts whether hosts changed (a global collective), runs behind the
-guard, so no rank in it leaves a partner waiting in a group; under ``elastic_commit=local`` it
-asks the Group Generator instead and waits for no rank (``horovod_prague.common.elastic``).
-``run`` is Horovod's; this module points Horovod's own names at Prague's, as the drop-in
-does.
+guard, so no rank in it leaves a partner waiting in a group. ``run`` is Horovod's; this module
+points Horovod's own names at Prague's, as the drop-in does.
 
     import horovod_prague.torch as hvd
 
@@ -20,7 +18,6 @@ from __future__ import annotations
 
 from horovod.torch.elastic import ElasticSampler, TorchState, run
 
-from ..common.elastic import commit_without_waiting
 from ..common.import_hook import patch_horovod
 from .binding import binding
 
@@ -28,4 +25,3 @@ __all__ = ["ElasticSampler", "TorchState", "run"]
 
 _reset = binding.reset
 patch_horovod("horovod.torch.elastic", "horovod.torch.elastic.state")
-commit_without_waiting(TorchState, binding)

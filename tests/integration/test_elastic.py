@@ -34,10 +34,6 @@ KILL = {
 }
 
 
-LOCAL_COMMITS = ("--prague", "--prague-elastic-commit", "local")
-"""Commits that wait for no rank: host changes agreed through the Group Generator."""
-
-
 def _survivors_of_a_lost_worker(script, tmp_path, flags):
     """The reports of the ranks that finished ``script`` under ``KILL``: the two on
     ``localhost``, reset once into a world of 2, with the same weights."""
@@ -63,10 +59,9 @@ def _survivors_of_a_lost_worker(script, tmp_path, flags):
     [
         ("elastic_torch.py", ()),
         ("elastic_torch.py", ("--prague",)),
-        ("elastic_torch.py", LOCAL_COMMITS),
         ("tf_elastic.py", ("--prague",)),
     ],
-    ids=["torch-stock", "torch-prague", "torch-prague-local-commits", "tensorflow-prague"],
+    ids=["torch-stock", "torch-prague", "tensorflow-prague"],
 )
 def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, script, flags):
     """Stock Horovod and the flag alike: the worker on ``127.0.0.1`` dies at step 12; the two
@@ -157,9 +152,7 @@ def _discovered_job(
     ).check()
 
 
-@pytest.mark.parametrize(
-    "flags", [(), ("--prague",), LOCAL_COMMITS], ids=["stock", "prague", "prague-local-commits"]
-)
+@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
 def test_a_host_added_by_discovery_joins_from_the_committed_model(tmp_path, flags):
     """The job starts on ``localhost`` alone; at step 10 the discovery script starts listing
     ``127.0.0.1`` too. Horovod's driver starts workers there, the others reset at their next
@@ -187,9 +180,7 @@ def test_a_host_added_by_discovery_joins_from_the_committed_model(tmp_path, flag
         assert len({rep["model"] for rep in reports}) == 1
 
 
-@pytest.mark.parametrize(
-    "flags", [(), ("--prague",), LOCAL_COMMITS], ids=["stock", "prague", "prague-local-commits"]
-)
+@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
 def test_a_host_removed_by_discovery_leaves_the_others_going_on(tmp_path, flags):
     """The job starts on ``localhost`` and ``127.0.0.1``; at step 10 the discovery script
     lists ``localhost`` alone. Its two ranks reset at their next commit, without restoring

@@ -106,10 +106,3 @@ def test_the_host_list_announced_by_horovodrun_gives_every_rank_the_layout():
         Topology.from_env(mpi(1, 0, 2))
     with pytest.raises(ValueError, match="6 in all, but 8 were started"):
         Topology.from_env(mpi(1, 1, 4, size=8))
-
-
-def test_an_elastic_commit_is_local_or_global():
-    assert PragueConfig().elastic_commit == "global"
-    assert PragueConfig(elastic_commit="local").elastic_commit == "local"
-    with pytest.raises(ValueError, match="elastic_commit: expected local or global, got 'never'"):
-        PragueConfig(elastic_commit="never")

@@ -563,21 +563,3 @@ def test_stats_name_the_ranks_whose_connection_ended_before_they_finished(server
         time.sleep(0.01)  # the server sees the closed connection on its own thread
     assert lost == [2]
     assert server.lost == {2}
-
-
-def test_every_rank_hears_of_host_changes_at_the_same_commit_without_waiting(server):
-    clients = [client(server, r) for r in range(4)]
-    for c in clients:
-        c.hello("fp")
-    assert clients[2].host_changes(1, 0.0, 0) == (0.0, 0)
-    assert clients[0].host_changes(1, 7.5, 1) == (0.0, 0)  # commit 1 was answered
-    assert clients[3].host_changes(2, 0.0, 0) == (7.5, 1)
-    assert [c.host_changes(1, 0.0, 0) for c in clients[1:4:2]] == [(0.0, 0), (0.0, 0)]
-    assert clients[0].host_changes(2, 0.0, 0) == (7.5, 1)
-    with pytest.raises(RuntimeError, match="reached commit 2 twice"):
-        clients[0].host_changes(2, 0.0, 0)
-    for field, bad in [("commit", 0), ("commit", True), ("timestamp", "7"), ("update", 4)]:
-        request = {"commit": 3, "timestamp": 0.0, "update": 0, field: bad}
-        with pytest.raises(RuntimeError, match=f"'{field}' must be"):
-            clients[3].request("hosts", **request)
-    assert clients[3].host_changes(3, 0.0, 0) == (7.5, 0)  # still served
