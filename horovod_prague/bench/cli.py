@@ -260,8 +260,10 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
             ap.error("--fault: one rank count and one scenario per run")
         if kill_step >= pick("steps"):
             ap.error(f"--fault {a.fault}: the kill comes after the run's {pick('steps')} steps")
-        if any(killed >= n or (hosts is None and n % 2) for n in ranks):
-            ap.error(f"--fault {a.fault}: needs an even number of ranks, more than {killed}")
+        if any(killed >= n for n in ranks):
+            ap.error(f"--fault {a.fault}: needs more than {killed + 1} ranks")
+        if hosts is None and any(n % 2 for n in ranks):
+            ap.error(f"--fault {a.fault}: two hosts of this machine need an even number of ranks")
         if hosts == 1:
             ap.error("--fault --hosts: the fault drops a whole host; one leaves no survivor")
         if a.commit_every < 1:

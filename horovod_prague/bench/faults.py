@@ -109,6 +109,10 @@ def commit_window_bound(
     """
     ranks = len(factors)
     host_size = ranks // 2 if host_size is None else host_size
+    if not (1 <= host_size < ranks and ranks % host_size == 0):
+        raise ValueError(
+            f"host_size: hosts of {host_size} ranks do not split {ranks} in two or more"
+        )
     first = kill[0] // host_size * host_size
     lost_host = range(first, first + host_size)
     survivors = [r for r in range(ranks) if r not in lost_host]

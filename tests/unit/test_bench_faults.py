@@ -21,6 +21,8 @@ def test_the_default_systems_leave_out_the_fault_reference():
         (["--readmit-after", "40"], "--readmit-after needs --fault"),
         (["--fault", "5@100", "--readmit-after", "0"], "seconds from 1 to 3600"),
         (["--fault", "5@100", "--hosts", "1x8"], "one leaves no survivor"),
+        (["--fault", "1@10", "--ranks", "5"], "two hosts of this machine need an even number"),
+        (["--fault", "5@10", "--hosts", "5x1"], "needs more than 6 ranks"),
         (
             ["--fault", "5@100", "--framework", "tensorflow", "--systems", "allreduce,prague"],
             "PyTorch only",
@@ -78,6 +80,9 @@ def test_a_fault_on_emulated_hosts_runs_there_and_loses_one_host(tmp_path):
     one = commit_window_bound(slow, kill=(5, 8), steps=40, commit_every=8, host_size=1)
     half = commit_window_bound(slow, kill=(5, 8), steps=40, commit_every=8)
     assert one > half > 1.0
+    for bad in (0, 3, 8):
+        with pytest.raises(ValueError, match="host_size"):
+            commit_window_bound(slow, kill=(5, 8), steps=40, commit_every=8, host_size=bad)
 
 
 def test_the_table_gives_the_ranks_of_each_runs_last_world():
