@@ -91,9 +91,16 @@ def test_a_tiny_fault_run_survives_and_measures_the_recovery(tmp_path):
     assert "faults survived" in (out / "table.md").read_text()
 
 
-def test_fault_needs_ranks_that_two_hosts_can_share():
-    command = [sys.executable, "-m", "horovod_prague.bench", "--fault", "5@10", "--ranks", "5"]
+@pytest.mark.parametrize(
+    ("kill", "message"),
+    [
+        ("1@10", "--fault 1@10: two hosts of this machine need an even number of ranks"),
+        ("5@10", "--fault 5@10: needs more than 6 ranks"),
+    ],
+)
+def test_fault_needs_ranks_that_two_hosts_can_share(kill, message):
+    command = [sys.executable, "-m", "horovod_prague.bench", "--fault", kill, "--ranks", "5"]
     command += ["--out", "unused"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 2
-    assert "--fault 5@10: needs an even number of ranks, more than 5" in run.stderr
+    assert message in run.stderr
