@@ -1,5 +1,5 @@
 """The speed-up over All-Reduce that the fault scenario's slowdowns allow, seed by seed
-(``faults.commit_window_bound``): every rank takes the same steps between commits, so
+(``faults.bounds_by_seed``): every rank takes the same steps between commits, so
 ranks free of each other gain only within a window. A model of the delays, no job is run.
 
     .venv/bin/python benchmarks/elastic_bound.py --commit-every 100,25
@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import argparse
 
-from horovod_prague.bench.faults import commit_window_bound, parse_kill
-from horovod_prague.bench.workload import schedule
+from horovod_prague.bench import faults
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--steps", type=int, default=250)
-    parser.add_argument("--kill", type=parse_kill, default=(5, 100))
+    parser.add_argument("--kill", type=faults.parse_kill, default=(5, 100))
     parser.add_argument("--commit-every", default="100,25")
     parser.add_argument("--scenario", default="random")
     parser.add_argument("--seeds", type=int, default=3)
@@ -28,16 +27,15 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{'commit every':>12} " + " ".join(f"{f'seed {s}':>7}" for s in range(args.seeds)))
     for commit_every in (int(c) for c in args.commit_every.split(",")):
-        bounds = [
-            commit_window_bound(
-                schedule(args.scenario, args.ranks, args.steps, seed).factors,
-                args.kill,
-                args.steps,
-                commit_every,
-                host_size=args.host_size,
-            )
-            for seed in range(args.seeds)
-        ]
+        bounds = faults.bounds_by_seed(
+            args.scenario,
+            args.ranks,
+            args.steps,
+            range(args.seeds),
+            args.kill,
+            commit_every,
+            host_size=args.host_size,
+        )
         print(f"{commit_every:>12} " + " ".join(f"{b:>6.2f}x" for b in bounds))
 
 

@@ -476,17 +476,15 @@ def _write_fault_outputs(
 ) -> int:
     rows = faults.summarize(results)
     table = faults.markdown(rows, {s: label for s, (label, _) in labels.items()})
-    seeds = range(plan.first_seed, plan.first_seed + plan.seeds)
-    bounds = [
-        faults.commit_window_bound(
-            schedule(plan.scenarios[0], plan.ranks[0], plan.steps, seed).factors,
-            faults.parse_kill(plan.fault),
-            plan.steps,
-            plan.commit_every,
-            host_size=plan.slots,
-        )
-        for seed in seeds
-    ]
+    bounds = faults.bounds_by_seed(
+        plan.scenarios[0],
+        plan.ranks[0],
+        plan.steps,
+        range(plan.first_seed, plan.first_seed + plan.seeds),
+        faults.parse_kill(plan.fault),
+        plan.commit_every,
+        host_size=plan.slots,
+    )
     table += "\n\nThe script's bound (``faults.commit_window_bound``), seed by seed: " + ", ".join(
         f"{b:.2f}x" for b in bounds
     )

@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
+
+from .workload import schedule
 
 REFERENCE = "undisturbed"
 """The block's All-Reduce run with no fault: the accuracy every system is compared with."""
@@ -126,6 +129,28 @@ def commit_window_bound(
         lockstep += sum(max(factors[r][j] for r in members) for j in window)
         free += max(sum(factors[r][j] for j in window) for r in members)
     return lockstep / free
+
+
+def bounds_by_seed(
+    scenario: str,
+    ranks: int,
+    steps: int,
+    seeds: Iterable[int],
+    kill: tuple[int, int],
+    commit_every: int,
+    host_size: int | None = None,
+) -> list[float]:
+    """``commit_window_bound`` of each seed's slowdowns (``workload.schedule``).
+
+    >>> [round(b, 2) for b in bounds_by_seed("random", 8, 250, [0], (5, 100), 100, host_size=1)]
+    [2.08]
+    """
+    return [
+        commit_window_bound(
+            schedule(scenario, ranks, steps, seed).factors, kill, steps, commit_every, host_size
+        )
+        for seed in seeds
+    ]
 
 
 def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
