@@ -5,12 +5,12 @@ The framework packages pass in their Horovod module (``horovod.torch`` or
 
 Order of ``initialize``: options are parsed; the strategy is built for the topology the
 launcher announced, and its groups are given to ``hvd.init`` as process sets. Nothing there
-runs a framework op. Then ``PragueRuntime.start``, through Horovod's collectives: every rank
-checks that all ranks run with the same options, rank 0 starts the Group Generator and
-broadcasts its address and a fresh token, and every rank connects. A framework whose first op
-fixes its runtime's settings (TensorFlow: threads, visible devices, memory growth) starts it
-at the first Prague or global collective instead of in ``init``, so that a script configures
-TensorFlow after ``hvd.init()`` as with stock Horovod.
+runs a framework op. Then ``PragueRuntime.start``, through Horovod's collectives: rank 0
+starts the Group Generator; in one collective every rank checks that all ranks run with the
+same options and learns the Group Generator's address and a fresh token; every rank connects.
+A framework whose first op fixes its runtime's settings (TensorFlow: threads, visible
+devices, memory growth) starts it at the first Prague or global collective instead of in
+``init``, so that a script configures TensorFlow after ``hvd.init()`` as with stock Horovod.
 """
 
 from __future__ import annotations
@@ -70,13 +70,26 @@ class PragueRuntime:
         """Check the ranks agree, start the Group Generator on rank 0 and connect to it.
 
         Collective over all ranks, through Horovod's collectives (framework ops); once.
+        Rank 0 starts the Group Generator first, so that its address travels in the same
+        collective as the options and the layout.
         """
         if self._client is not None:
             return
-        layout, self.hosts = _agree_and_lay_out(self.hvd, self.config)
-        if layout != self.topology and not elastic():  # elastic: groups ignore hosts
-            raise RuntimeError(f"Prague was set up for {self.topology}, Horovod reports {layout}")
-        self._client = self._connect(layout)
+        offer = self._serve() if self.rank == 0 else {}
+        try:
+            layout, self.hosts, offer = _agree_and_lay_out(self.hvd, self.config, offer)
+            if layout != self.topology and not elastic():  # elastic: groups ignore hosts
+                raise RuntimeError(
+                    f"Prague was set up for {self.topology}, Horovod reports {layout}"
+                )
+            if "error" in offer:
+                raise RuntimeError(offer["error"])
+            self._client = self._connect(offer)
+        except BaseException:
+            if self.server is not None:
+                self.server.close()
+                self.server = None
+            raise
 
     @property
     def client(self) -> GroupGeneratorClient:
@@ -84,33 +97,31 @@ class PragueRuntime:
             raise RuntimeError("horovod_prague has not started: Binding.runtime() starts it")
         return self._client
 
-    def _connect(self, layout: Topology) -> GroupGeneratorClient:
-        """Connect to the Group Generator, which rank 0 starts where every host of ``layout``
-        (the hosts as Horovod placed the ranks, under elastic too) can reach it."""
+    def _serve(self) -> dict[str, Any]:
+        """Rank 0: start the Group Generator where every host of the job can reach it (the
+        hosts as Horovod placed the ranks, under elastic too); the offer that tells the other
+        ranks where, or the error that stops them all."""
+        config = self.config
+        bind = None
+        try:
+            across_hosts = self.hvd.local_size() < self.hvd.size()
+            bind, advertise = _addresses(config, across_hosts)
+            self.server = GroupGeneratorServer(
+                GroupGenerator(self.strategy, config.sync_every),
+                new_token(),
+                config.fingerprint(),
+                host=bind,
+                port=config.coordinator_port,
+            )
+        except OSError as e:
+            at = f" at {bind}:{config.coordinator_port or '(any port)'}" if bind else ""
+            return {"error": f"rank 0 could not start the Prague Group Generator{at}: {e}"}
+        return {"host": advertise, "port": self.server.address[1], "token": self.server.token.hex()}
+
+    def _connect(self, offer: dict[str, Any]) -> GroupGeneratorClient:
+        """Connect to the Group Generator that rank 0 ``offer``-ed; ConnectionError on every
+        rank, naming each rank's problem, where any rank could not."""
         hvd, config = self.hvd, self.config
-        offer: dict[str, Any] = {}
-        if self.rank == 0:
-            bind = None
-            try:
-                bind, advertise = _addresses(config, layout)
-                self.server = GroupGeneratorServer(
-                    GroupGenerator(self.strategy, config.sync_every),
-                    new_token(),
-                    config.fingerprint(),
-                    host=bind,
-                    port=config.coordinator_port,
-                )
-                offer = {
-                    "host": advertise,
-                    "port": self.server.address[1],
-                    "token": self.server.token.hex(),
-                }
-            except OSError as e:
-                at = f" at {bind}:{config.coordinator_port or '(any port)'}" if bind else ""
-                offer = {"error": f"rank 0 could not start the Prague Group Generator{at}: {e}"}
-        offer = hvd.broadcast_object(offer, root_rank=0, name="prague.coordinator")
-        if "error" in offer:
-            raise RuntimeError(offer["error"])
         client, problem = None, None
         try:
             client = GroupGeneratorClient(
@@ -285,15 +296,18 @@ def elastic() -> bool:
     return os.environ.get("HOROVOD_ELASTIC") == "1"
 
 
-def _agree_and_lay_out(hvd: ModuleType, config: PragueConfig) -> tuple[Topology, list[str]]:
+def _agree_and_lay_out(
+    hvd: ModuleType, config: PragueConfig, offer: dict[str, Any]
+) -> tuple[Topology, list[str], dict[str, Any]]:
     """Check that every rank has this rank's options (ValueError naming those that differ),
-    and return the job's layout as Horovod reports it (every rank's node, by its first rank)
-    and each rank's host name: the launcher's (``-H``) where it gave one. One collective."""
+    and return the job's layout as Horovod reports it (every rank's node, by its first rank),
+    each rank's host name (the launcher's, ``-H``, where it gave one) and rank 0's ``offer``
+    (the Group Generator's address, ``PragueRuntime._serve``). One collective."""
     host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
     mine = config.agreed()
     where = (hvd.rank() - hvd.local_rank(), hvd.local_size(), host)
-    everyone = hvd.allgather_object((mine, where), name="prague.start")
-    for other_rank, (theirs, _) in enumerate(everyone):
+    everyone = hvd.allgather_object((mine, where, offer), name="prague.start")
+    for other_rank, (theirs, _, _) in enumerate(everyone):
         differing = sorted(k for k in mine if theirs.get(k) != mine[k])
         if differing:
             details = ", ".join(f"{k}={mine[k]!r} vs {theirs.get(k)!r}" for k in differing)
@@ -301,18 +315,18 @@ def _agree_and_lay_out(hvd: ModuleType, config: PragueConfig) -> tuple[Topology,
                 f"Prague options differ between rank {hvd.rank()} and rank {other_rank}: "
                 f"{details}. Every rank must use the same options."
             )
-    nodes = {first: size for _, (first, size, _) in everyone}
+    nodes = {first: size for _, (first, size, _), _ in everyone}
     topology = Topology.of_node_starts(nodes, hvd.size())
     if topology is None:
         raise RuntimeError(f"Horovod reports nodes that do not tile the ranks: {sorted(nodes)}")
-    return topology, [name for _, (_, _, name) in everyone]
+    return topology, [name for _, (_, _, name), _ in everyone], everyone[0][2]
 
 
 def _describe(config: PragueConfig) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in config.agreed().items())
 
 
-def _addresses(config: PragueConfig, topology: Topology) -> tuple[str, str]:
+def _addresses(config: PragueConfig, across_hosts: bool) -> tuple[str, str]:
     """(bind address, address advertised to the other ranks) for the Group Generator.
 
     The same address: the server listens only where the other ranks are told to connect.
@@ -323,7 +337,7 @@ def _addresses(config: PragueConfig, topology: Topology) -> tuple[str, str]:
     """
     if config.coordinator_addr:
         return config.coordinator_addr, config.coordinator_addr
-    if topology.cross_size == 1:
+    if not across_hosts:
         return "127.0.0.1", "127.0.0.1"
     interface = job_interface()
     if interface:

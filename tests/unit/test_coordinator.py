@@ -503,20 +503,19 @@ def test_bad_input_never_stops_the_server(server):
 
 
 def test_the_server_binds_the_address_it_advertises(monkeypatch):
-    one_host, two_hosts = Topology(4, 4), Topology(4, 2)
     for key in ("HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME", "HOROVOD_HOSTNAME"):
         monkeypatch.delenv(key, raising=False)
-    assert _addresses(PragueConfig(), one_host) == ("127.0.0.1", "127.0.0.1")
-    assert _addresses(PragueConfig(coordinator_addr="198.18.0.9"), two_hosts) == (
+    assert _addresses(PragueConfig(), across_hosts=False) == ("127.0.0.1", "127.0.0.1")
+    assert _addresses(PragueConfig(coordinator_addr="198.18.0.9"), across_hosts=True) == (
         "198.18.0.9",
         "198.18.0.9",
     )
     # Across hosts: the address on the interface the launcher chose (here loopback's).
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
-    assert _addresses(PragueConfig(), two_hosts) == ("127.0.0.1", "127.0.0.1")
+    assert _addresses(PragueConfig(), across_hosts=True) == ("127.0.0.1", "127.0.0.1")
     monkeypatch.setenv("HOROVOD_GLOO_IFACE", "no-such-nic0")
     with pytest.raises(OSError, match="interface 'no-such-nic0'.* does not exist"):
-        _addresses(PragueConfig(), two_hosts)
+        _addresses(PragueConfig(), across_hosts=True)
 
 
 def test_a_host_name_that_resolves_to_loopback_is_refused_across_hosts(monkeypatch):
@@ -524,7 +523,7 @@ def test_a_host_name_that_resolves_to_loopback_is_refused_across_hosts(monkeypat
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOROVOD_HOSTNAME", "localhost")
     with pytest.raises(OSError, match="'localhost' resolves to 127.*--network-interface"):
-        _addresses(PragueConfig(), Topology(4, 2))
+        _addresses(PragueConfig(), across_hosts=True)
 
 
 def test_replies_that_grow_with_the_job_reach_the_client():

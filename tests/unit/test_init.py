@@ -545,16 +545,17 @@ def test_the_start_checks_the_options_and_learns_the_layout_in_one_collective(mo
     monkeypatch.setenv("HOROVOD_HOSTNAME", "h1")
     config = PragueConfig(strategy="static")
     hosts = ["h1", "h1", "h2", "h2"]
+    offer = {"host": "198.18.0.1", "port": 4242, "token": "ab"}
 
     def rank_says(r: int, options: dict | None = None):
-        return options or config.agreed(), (r - r % 2, 2, hosts[r])
+        return options or config.agreed(), (r - r % 2, 2, hosts[r]), offer if r == 0 else {}
 
     hvd = GatheringHorovod(rank=1, local_rank=1, local_size=2, size=4, others=rank_says)
-    topology, names = _agree_and_lay_out(hvd, config)
-    assert (topology, names) == (Topology(4, 2), hosts)
+    topology, names, rank_0_offer = _agree_and_lay_out(hvd, config, {})
+    assert (topology, names, rank_0_offer) == (Topology(4, 2), hosts, offer)
     assert len(hvd.gathers) == 1
 
     other = PragueConfig(strategy="static", seed=config.seed + 1).agreed()
     hvd.others = lambda r: rank_says(r, other if r == 3 else config.agreed())
     with pytest.raises(ValueError, match=r"between rank 1 and rank 3: seed=0 vs 1"):
-        _agree_and_lay_out(hvd, config)
+        _agree_and_lay_out(hvd, config, {})
