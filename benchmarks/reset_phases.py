@@ -1,9 +1,11 @@
 """Where an elastic job's time goes after a lost worker, stock Horovod against ``--prague``.
 
     .venv/bin/python benchmarks/reset_phases.py [--seeds 1 2 3] [--steps 160] [--keep DIR]
+                                                [--hosts HxS]
 
 Each seed runs one job of each system, one at a time, alternating: ``prague-bench``'s fault
 job (``bench.elastic_worker``: 8 Gloo ranks on ``localhost:4,127.0.0.1:4``, ``--min-np 4``,
+or with ``--hosts HxS`` on H emulated hosts of S ranks (root; ``bench.hosts``),
 rank 5 dies at its step 100, a commit every 100 steps, random slowdown) with every phase of
 the reset timed on each survivor (``workers/reset_phases.py``). Per phase, the median over
 the seeds of the latest survivor's end, in seconds after the kill, and of the longest
@@ -15,6 +17,7 @@ docs/results.md (*The extra second*) records runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from horovod_prague.bench.faults import hosts, recovery
+from horovod_prague.bench.hosts import Hosts
 
 WORKER = Path(__file__).parent / "workers" / "reset_phases.py"
 BIN = Path(sys.executable).parent
@@ -47,7 +51,9 @@ IN_STEP = PHASES[-3:]
 SYSTEMS = {"stock": [], "prague": ["--prague"]}
 
 
-def job(flags: list[str], seed: int, steps: int, keep: Path | None) -> dict:
+def job(
+    flags: list[str], seed: int, steps: int, keep: Path | None, emulated: Hosts | None = None
+) -> dict:
     """One fault job; its result, with per phase of the reset (a survivor's calls from the
     kill to the end of its first step) the latest end after the kill and the longest time a
     survivor spent in it (summed over its calls)."""
@@ -55,7 +61,7 @@ def job(flags: list[str], seed: int, steps: int, keep: Path | None) -> dict:
         out = Path(tmp) / "r.json"
         command = [
             str(BIN / "horovodrun"), "-np", "8", "--min-np", "4",
-            "-H", hosts(8), "--gloo", *flags,
+            "-H", hosts(8) if emulated is None else emulated.host_spec(), "--gloo", *flags,
             sys.executable, str(WORKER), "--steps", str(steps), "--kill", "5@100",
             "--commit-every", "100", "--seed", str(seed), "--out", str(out),
         ]  # fmt: skip
@@ -64,6 +70,8 @@ def job(flags: list[str], seed: int, steps: int, keep: Path | None) -> dict:
             "OMP_NUM_THREADS": "1",
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        if emulated is not None:
+            command = emulated.run_command(command)
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
         if keep is not None:
             shutil.copytree(tmp, keep / f"seed{seed}{'-'.join(['', *flags])}", dirs_exist_ok=True)
@@ -126,17 +134,38 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--keep", type=Path, help="copy each job's results and traces here")
+    parser.add_argument("--hosts", help="HxS: 8 ranks on H emulated hosts of S ranks (root)")
     args = parser.parse_args()
+    emulated = contextlib.nullcontext(None)
+    if args.hosts:
+        count, _, slots = args.hosts.lower().partition("x")
+        if int(count) * int(slots) != 8 or int(count) < 2:
+            parser.error(f"--hosts {args.hosts}: 8 ranks on at least two hosts, such as 8x1")
+        emulated = Hosts.up(int(count), slots=int(slots))
+    with emulated as on_hosts:
+        runs = run_seeds(args.seeds, args.steps, args.keep, on_hosts)
+    report(runs)
+
+
+def run_seeds(
+    seeds: list[int], steps: int, keep: Path | None, emulated: Hosts | None
+) -> dict[str, list[dict]]:
+    """Each seed's job of each system, alternating."""
     runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
-    for seed in args.seeds:
+    for seed in seeds:
         for name, flags in SYSTEMS.items():
-            r = job(flags, seed, args.steps, args.keep)
+            r = job(flags, seed, steps, keep, emulated)
             runs[name].append(r)
             print(
                 f"seed {seed} {name}: kill to next step {recovery(r):.2f} s, wall "
                 f"{r['wall']:.1f} s, one model {r['same_model_on_every_rank']}",
                 flush=True,
             )
+    return runs
+
+
+def report(runs: dict[str, list[dict]]) -> None:
+    """Per phase, the medians over the seeds; then the reset, the kill to next step, the wall."""
 
     def median(name: str, key: str, phase: str) -> str:
         values = [r[key][phase] for r in runs[name] if phase in r[key]]

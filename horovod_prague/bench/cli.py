@@ -361,7 +361,8 @@ def run_job(
         result["killed_at"] = json.loads(killed.read_text())
         result["log"] = str(_save_log(logs.parent / "logs", stem, command, output))
     result["job_seconds"] = time.perf_counter() - started
-    result["bound"] = schedule(job["scenario"], n, plan.steps, job["seed"]).bound
+    if not plan.fault:  # a fault run's bound is its table's (``faults.bounds_by_seed``)
+        result["bound"] = schedule(job["scenario"], n, plan.steps, job["seed"]).bound
     return {**job, **result}
 
 
