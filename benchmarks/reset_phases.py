@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from horovod_prague.bench.faults import hosts, recovery
-from horovod_prague.bench.hosts import Hosts
+from horovod_prague.bench.hosts import Hosts, parse_layout
 
 WORKER = Path(__file__).parent / "workers" / "reset_phases.py"
 BIN = Path(sys.executable).parent
@@ -138,10 +138,13 @@ def main() -> None:
     args = parser.parse_args()
     emulated = contextlib.nullcontext(None)
     if args.hosts:
-        count, _, slots = args.hosts.lower().partition("x")
-        if int(count) * int(slots) != 8 or int(count) < 2:
+        try:
+            count, slots = parse_layout(args.hosts)
+        except ValueError as e:
+            parser.error(f"--hosts: {e}")
+        if count * slots != 8 or count < 2:
             parser.error(f"--hosts {args.hosts}: 8 ranks on at least two hosts, such as 8x1")
-        emulated = Hosts.up(int(count), slots=int(slots))
+        emulated = Hosts.up(count, slots=slots)
     with emulated as on_hosts:
         runs = run_seeds(args.seeds, args.steps, args.keep, on_hosts)
     report(runs)

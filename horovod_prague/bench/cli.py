@@ -187,10 +187,12 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     a = ap.parse_args(argv)
     hosts = slots = None
     if a.hosts:
-        h, x, k = a.hosts.lower().partition("x")
-        if not (x and h.isdigit() and k.isdigit() and int(h) >= 1 and int(k) >= 1):
-            ap.error(f"--hosts: expected HxS such as 2x4, got {a.hosts!r}")
-        hosts, slots = int(h), int(k)
+        from .hosts import parse_layout
+
+        try:
+            hosts, slots = parse_layout(a.hosts)
+        except ValueError as e:
+            ap.error(f"--hosts: {e}")
         if a.ranks and [int(r) for r in a.ranks.split(",")] != [hosts * slots]:
             ap.error(f"--ranks {a.ranks} contradicts --hosts {a.hosts} ({hosts * slots} ranks)")
         a.ranks = str(hosts * slots)

@@ -119,6 +119,18 @@ def _home_ssh_dir() -> Path:
     return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh"
 
 
+def parse_layout(spec: str) -> tuple[int, int]:
+    """``HxS`` (H emulated hosts of S ranks each) as ``(H, S)``.
+
+    >>> parse_layout("8x1"), parse_layout("2X4")
+    ((8, 1), (2, 4))
+    """
+    h, x, k = spec.lower().partition("x")
+    if not (x and h.isdigit() and k.isdigit() and int(h) >= 1 and int(k) >= 1):
+        raise ValueError(f"expected HxS such as 2x4, got {spec!r}")
+    return int(h), int(k)
+
+
 def parse_rate(rate: str) -> float:
     """A tc rate (``1gbit``, ``250mbit``, ``10mbps``) in bytes per second.
 
