@@ -100,7 +100,8 @@ class PragueRuntime:
     def _serve(self) -> dict[str, Any]:
         """Rank 0: start the Group Generator where every host of the job can reach it (the
         hosts as Horovod placed the ranks, under elastic too); the offer that tells the other
-        ranks where, or the error that stops them all."""
+        ranks where, or the error that stops them all: any error, since the other ranks are
+        already on their way to the collective that carries it."""
         config = self.config
         bind = None
         try:
@@ -113,7 +114,7 @@ class PragueRuntime:
                 host=bind,
                 port=config.coordinator_port,
             )
-        except OSError as e:
+        except Exception as e:  # any error: every rank must hear it in the collective
             at = f" at {bind}:{config.coordinator_port or '(any port)'}" if bind else ""
             return {"error": f"rank 0 could not start the Prague Group Generator{at}: {e}"}
         return {"host": advertise, "port": self.server.address[1], "token": self.server.token.hex()}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import types
+from typing import Any
 
 import pytest
 
@@ -559,3 +561,66 @@ def test_the_start_checks_the_options_and_learns_the_layout_in_one_collective(mo
     hvd.others = lambda r: rank_says(r, other if r == 3 else config.agreed())
     with pytest.raises(ValueError, match=r"between rank 1 and rank 3: seed=0 vs 1"):
         _agree_and_lay_out(hvd, config, {})
+
+
+def _rank_0_runtime(monkeypatch, others) -> tuple[Any, GatheringHorovod]:
+    from horovod_prague.common.config import PragueConfig
+    from horovod_prague.common.runtime import PragueRuntime
+    from horovod_prague.common.strategies import make_strategy
+
+    monkeypatch.setenv("HOROVOD_HOSTNAME", "h1")
+    monkeypatch.delenv("HOROVOD_ELASTIC", raising=False)
+    config = PragueConfig(strategy="static")
+    strategy = make_strategy(config, Topology(4, 4))
+    registered = [types.SimpleNamespace(ranks=list(g)) for g in strategy.groups()]
+    hvd = GatheringHorovod(rank=0, local_rank=0, local_size=4, size=4, others=others)
+    return PragueRuntime(hvd, config, strategy, registered), hvd
+
+
+def test_rank_0_closes_its_group_generator_when_the_options_differ(monkeypatch):
+    from horovod_prague.common.config import PragueConfig
+
+    other = PragueConfig(strategy="static", seed=1).agreed()
+    seen: list[Any] = []
+
+    def rank_says(r: int):
+        seen.append(runtime.server)  # the server rank 0 had started, as the collective ran
+        return other, (0, 4, "h1"), {}
+
+    runtime, _ = _rank_0_runtime(monkeypatch, rank_says)
+    with pytest.raises(ValueError, match="options differ between rank 0 and rank 1"):
+        runtime.start()
+    assert runtime.server is None and not runtime.started
+    server = seen[0]
+    assert server is not None
+    with pytest.raises(OSError):
+        socket.create_connection(server.address, timeout=2).close()
+
+
+def test_any_failure_to_start_the_group_generator_reaches_every_rank(monkeypatch):
+    """Rank 0 still joins the options' collective, so the others hear the error instead of
+    waiting for it there."""
+    from horovod_prague.common import runtime as runtime_module
+
+    def broken(*_args, **_kwargs):
+        raise ValueError("no groups for this world")
+
+    monkeypatch.setattr(runtime_module, "GroupGenerator", broken)
+    offers: list[dict] = []
+
+    def rank_says(r: int):
+        return runtime.config.agreed(), (0, 4, "h1"), {}
+
+    runtime, hvd = _rank_0_runtime(monkeypatch, rank_says)
+    real_gather = hvd.allgather_object
+
+    def gather(obj, name=None):
+        offers.append(obj[2])
+        return real_gather(obj, name)
+
+    hvd.allgather_object = gather
+    with pytest.raises(RuntimeError, match="could not start the Prague Group Generator.*no groups"):
+        runtime.start()
+    assert hvd.gathers == ["prague.start"]
+    assert "no groups for this world" in offers[0]["error"]
+    assert runtime.server is None
