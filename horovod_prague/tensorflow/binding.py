@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from ..common.binding import Binding, distinct
 from ..common.import_hook import originals
+from ..common.integer_sums import corrected, floor_mean, halves
 from ..common.overlap import (
     BackgroundCall,
     Overlap,
@@ -186,8 +187,10 @@ class _DtypePart:
     Floating-point values are averaged, each weighted by ``weight`` when it is given (sent as
     ``weight * value`` with the weight itself, so the group's mean of both gives the weighted
     average); integer and bool ones summed in int64 (small types overflow and Horovod cannot
-    sum bool), and each variable takes its group's floor mean or its share (``received``).
-    With ``overlap``, a floating-point part also sends its flag, last (``Overlap``).
+    sum bool), int64 ones as their two halves, ``hi`` then ``lo``, whose sums cannot overflow
+    (``integer_sums``), and each variable takes its group's floor mean or its share
+    (``received``). With ``overlap``, a floating-point part also sends its flag, last
+    (``Overlap``).
     """
 
     def __init__(
@@ -213,6 +216,8 @@ class _DtypePart:
     def reduce(self, process_set: Any) -> list[tf.Tensor]:
         op = _hvd.Average if self.floating else _hvd.Sum
         sent = self.values
+        if self.dtype == tf.int64:
+            sent = [half for v in sent for half in halves(v)]
         if self.weight is not None:
             # Half precision is widened: a step count times a value could overflow it.
             wide = tf.float32 if self.dtype in (tf.float16, tf.bfloat16) else self.dtype
@@ -235,9 +240,18 @@ class _DtypePart:
             return [tf.cast(r / reduced[-1][0], self.dtype) for r in reduced[:-1]], scale
         if self.floating:
             return list(reduced), scale
+        means = self.means(reduced, size)
         if share_of is None:
-            return [tf.cast(s // size, self.dtype) for s in reduced], scale
-        return [_narrow(_share(s, size, share_of), self.dtype) for s in reduced], scale
+            return [tf.cast(mean, self.dtype) for mean, _ in means], scale
+        return [_narrow(_share(*mean, share_of), self.dtype) for mean in means], scale
+
+    def means(self, reduced: list[tf.Tensor], size: int) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        """The floor mean and the remainder of each integer variable's sum over the group,
+        from the sums of what ``reduce`` sent."""
+        if self.dtype != tf.int64:
+            return [(s // size, s % size) for s in reduced]
+        pairs = zip(reduced[0::2], reduced[1::2], strict=True)
+        return [floor_mean(hi, lo, size) for hi, lo in pairs]
 
 
 def _by_dtype(
@@ -287,9 +301,11 @@ class TensorflowPendingAverage(PendingAverage):
         moves: list[tuple[tf.Variable, tf.Tensor, float]] = []
         for part, results in zip(self.parts, reduced, strict=True):
             if not part.floating:
-                for v, snapshot, summed in zip(part.variables, part.values, results, strict=True):
-                    share = _share(summed, self.size, self.position)
-                    v.assign(_narrow(tf.cast(v, tf.int64) + share - snapshot, v.dtype))
+                means = part.means(results, self.size)
+                for v, snapshot, mean in zip(part.variables, part.values, means, strict=True):
+                    share = _share(*mean, self.position)
+                    exact = corrected(tf.cast(v, tf.int64), share, snapshot, _clip)
+                    v.assign(_narrow(exact, v.dtype))
                 continue
             averages, scale = part.received(results, self.size)
             for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
@@ -301,10 +317,14 @@ class TensorflowPendingAverage(PendingAverage):
             self.moved(v, move, scale)
 
 
-def _share(summed: tf.Tensor, size: int, position: int) -> tf.Tensor:
-    """``integer_share`` of each element of the group's int64 sums."""
-    quotient = summed // size
-    return quotient + tf.cast(summed - quotient * size > position, tf.int64)
+def _share(mean: tf.Tensor, remainder: tf.Tensor, position: int) -> tf.Tensor:
+    """``integer_share`` of each element of a group's sum, from its floor mean and remainder."""
+    return mean + tf.cast(remainder > position, tf.int64)
+
+
+def _clip(t: tf.Tensor, low: int, high: int) -> tf.Tensor:
+    """An int64 tensor clamped to ``[low, high]``."""
+    return tf.clip_by_value(t, tf.constant(low, tf.int64), tf.constant(high, tf.int64))
 
 
 def _narrow(t: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
@@ -312,9 +332,7 @@ def _narrow(t: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     low, high = (
         (0, 1) if dtype == tf.bool else (max(dtype.min, -(2**63)), min(dtype.max, 2**63 - 1))
     )
-    return tf.cast(
-        tf.clip_by_value(t, tf.constant(low, tf.int64), tf.constant(high, tf.int64)), dtype
-    )
+    return tf.cast(_clip(t, low, high), dtype)
 
 
 class PragueSteps:

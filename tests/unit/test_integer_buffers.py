@@ -265,6 +265,7 @@ class _Blocking:
     """A framework binding's blocking ``average``, its timeout and weights stood in for."""
 
     def __init__(self, framework: Any, hvd: GroupCollectives, monkeypatch: pytest.MonkeyPatch):
+        self.size = hvd.size
         if framework is Torch:
             monkeypatch.setattr(torch_binding, "_hvd", hvd)
             self.binding = torch_binding.TorchBinding(hvd)
@@ -282,7 +283,7 @@ class _Blocking:
         def average() -> None:
             try:
                 self.binding.average(
-                    tensors, "g", _member(position), 2, None, position if share else None
+                    tensors, "g", _member(position), self.size, None, position if share else None
                 )
             except BaseException as e:  # noqa: BLE001  (re-raised by the waiter)
                 errors.append(e)
@@ -330,3 +331,96 @@ def test_a_consensus_leaves_every_member_with_the_floor_mean(framework, monkeypa
     for wait in waits:
         wait()
     assert [m.values()[0] for m in models] == [9, 9]
+
+
+LARGE = [2**62, 2**63 - 1, 7, -(2**63)]
+"""int64 values whose sum over a group overflows int64."""
+
+
+def _large(position: int) -> list[int]:
+    """Different large values on each member, whose means are int64s."""
+    return [2**63 - 1 - 3 * position, -(2**63) + 5 * position, 2**62 + position * 2**60, -position]
+
+
+def _int64(framework: Any, values: list[int]) -> Any:
+    if framework is Torch:
+        return torch.tensor(values, dtype=torch.int64)
+    import tensorflow as tf
+
+    return tf.Variable(values, dtype=tf.int64)
+
+
+def _values(tensor: Any) -> list[int]:
+    return (tensor if isinstance(tensor, torch.Tensor) else tensor.numpy()).tolist()
+
+
+def _shares(rows: list[list[int]], position: int) -> list[int]:
+    """``integer_share`` of each column of ``rows``, in Python's unbounded integers."""
+    return [integer_share(sum(c), len(rows), position) for c in zip(*rows, strict=True)]
+
+
+@FRAMEWORKS
+@pytest.mark.parametrize("size", [2, 4])
+def test_large_int64_values_equal_on_every_member_are_left_as_they_are_overlapped(
+    framework, size, monkeypatch
+):
+    """Their sum overflows int64: summed whole, ``[2**62, 2**63 - 1]`` came back negative."""
+    tensors = [_int64(framework, LARGE) for _ in range(size)]
+    hvd = GroupCollectives(size)
+    pending = [framework.start(hvd, [t], p, None, monkeypatch) for p, t in enumerate(tensors)]
+    _apply(pending)
+    assert [_values(t) for t in tensors] == [LARGE] * size
+
+
+@FRAMEWORKS
+def test_large_int64_values_take_their_exact_shares_overlapped(framework, monkeypatch):
+    """Members with different large values each take their share of the exact sum, and one
+    that counted meanwhile keeps the count, even at the top of the int64 range."""
+    rows = [_large(p) for p in range(4)]
+    tensors = [_int64(framework, r) for r in rows]
+    hvd = GroupCollectives(4)
+    pending = [framework.start(hvd, [t], p, None, monkeypatch) for p, t in enumerate(tensors)]
+    counted = [-1, 1, 0, 1]
+    if framework is Torch:
+        tensors[0] += torch.tensor(counted)
+    else:
+        tensors[0].assign_add(counted)
+    _apply(pending)
+    expected = [_shares(rows, p) for p in range(4)]
+    expected[0] = [s + c for s, c in zip(expected[0], counted, strict=True)]
+    assert [_values(t) for t in tensors] == expected
+
+
+@FRAMEWORKS
+@pytest.mark.parametrize("share", [False, True], ids=["consensus", "group"])
+@pytest.mark.parametrize("same", [True, False], ids=["equal", "different"])
+def test_large_int64_values_average_exactly_blocking(framework, share, same, monkeypatch):
+    """A consensus leaves every member with the exact floor mean; a group average each with
+    its share of the exact sum; values equal on every member are left as they are."""
+    rows = [LARGE if same else _large(p) for p in range(4)]
+    tensors = [_int64(framework, r) for r in rows]
+    blocking = _Blocking(framework, GroupCollectives(4), monkeypatch)
+    for wait in [blocking.run([t], p, share) for p, t in enumerate(tensors)]:
+        wait()
+    floor_means = [sum(c) // len(rows) for c in zip(*rows, strict=True)]
+    expected = [_shares(rows, p) if share else floor_means for p in range(4)]
+    assert [_values(t) for t in tensors] == expected
+    if same:
+        assert expected == rows
+
+
+@FRAMEWORKS
+def test_large_int64_values_of_a_group_run_blocking_by_one_member_and_overlapped_by_others(
+    framework, monkeypatch
+):
+    """Both ways send the same tensors (int64 ones as their halves) in one collective."""
+    rows = [_large(p) for p in range(4)]
+    models = [[_int64(framework, r), *framework(p).tensors()] for p, r in enumerate(rows)]
+    hvd = GroupCollectives(4)
+    wait = _Blocking(framework, hvd, monkeypatch).run(models[0], 0, True)
+    pending = [framework.start(hvd, models[p], p, None, monkeypatch) for p in range(1, 4)]
+    wait()
+    _apply(pending)
+    assert [_values(m[0]) for m in models] == [_shares(rows, p) for p in range(4)]
+    counters = [int(_values(m[2])) for m in models]
+    assert counters == [integer_share(0 + 1 + 2 + 3, 4, p) for p in range(4)]
