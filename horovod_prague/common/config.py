@@ -39,6 +39,10 @@ redrawn ones (docs/results.md, *The momentum takes its share of the averages*)."
 MEASURED_MOMENTUM = 0.9
 """The momentum coefficient ``momentum_correction`` was measured with (``share_at``)."""
 STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
+MAX_TIMEOUT = 7 * 24 * 3600.0
+"""The longest ``timeout`` accepted, a week: far longer than any wait a job means to allow,
+and far inside what socket timeouts and thread waits can hold (``threading.TIMEOUT_MAX``:
+about 292 years on Linux)."""
 
 HELP = {
     "strategy": "how the Group Generator forms groups: " + ", ".join(STRATEGIES),
@@ -57,7 +61,8 @@ HELP = {
     "in_flight": "overlapped group averages a rank may have running at once, never two "
     "sharing a partner; with more than 1 a step whose last average still runs starts the "
     "next instead of averaging with nobody, and staleness counts from when this many run",
-    "timeout": "seconds any wait on the Group Generator may take before it raises",
+    "timeout": "seconds any wait on the Group Generator may take before it raises (above 0, "
+    "at most 604800: a week)",
     "weighting": "how an average weighs its members' models: progress, each by the number "
     "of steps its rank has taken (a straggler's model pulls its partners back less); or "
     "equal, the plain mean",
@@ -107,8 +112,11 @@ class PragueConfig:
             raise ValueError(f"staleness: must be >= 0 (0 = blocking), got {steps}")
         if self.in_flight < 1:
             raise ValueError(f"in_flight: must be at least 1, got {self.in_flight}")
-        if not self.timeout > 0:
-            raise ValueError(f"timeout: must be a positive number of seconds, got {self.timeout}")
+        if not 0 < self.timeout <= MAX_TIMEOUT:
+            raise ValueError(
+                f"timeout: must be a number of seconds above 0 and at most {MAX_TIMEOUT:g} "
+                f"(a week), got {self.timeout}"
+            )
         if self.weighting not in ("equal", "progress"):
             raise ValueError(f"weighting: expected equal or progress, got {self.weighting!r}")
         share = self._auto_or_number("momentum_correction", float, "a share from 0 to 1")
@@ -136,14 +144,19 @@ class PragueConfig:
     def from_sources(
         cls, kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
     ) -> PragueConfig:
-        """Keyword arguments over ``HOROVOD_PRAGUE_*`` variables over the defaults."""
+        """Keyword arguments over ``HOROVOD_PRAGUE_*`` variables over the defaults.
+
+        A value refused is named by its option; one read from a variable, by the variable too.
+        """
         env = os.environ if env is None else env
         fields = {f.name: f for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
+        from_env: set[str] = set()
         for name, field in fields.items():
             raw = env.get(ENV_PREFIX + name.upper())
             if raw is not None and raw != "":
                 values[name] = _parse(field.type, raw, ENV_PREFIX + name.upper())
+                from_env.add(name)
         for name, value in (kwargs or {}).items():
             if name not in fields:
                 raise TypeError(
@@ -151,7 +164,15 @@ class PragueConfig:
                 )
             if value is not None:
                 values[name] = _parse(fields[name].type, value, name)
-        return cls(**values)
+                from_env.discard(name)
+        try:
+            return cls(**values)
+        except ValueError as e:
+            option = str(e).partition(":")[0]
+            if option not in from_env:
+                raise
+            variable = ENV_PREFIX + option.upper()
+            raise ValueError(f"{e} (from {variable}={env[variable]!r})") from None
 
     def staleness_for(self, size: int) -> int:
         """The staleness a job of ``size`` ranks runs with.

@@ -1,8 +1,11 @@
 """Prague options: parsing, precedence and the errors bad values get."""
 
+import socket
+import threading
+
 import pytest
 
-from horovod_prague.common.config import PragueConfig
+from horovod_prague.common.config import MAX_TIMEOUT, PragueConfig
 from horovod_prague.common.strategies import make_strategy
 from horovod_prague.common.topology import NODES_VAR, Topology
 
@@ -37,6 +40,39 @@ def test_environment_values_are_typed():
 def test_bad_values_name_the_option(kwargs, env, message):
     with pytest.raises(ValueError, match=message):
         PragueConfig.from_sources(kwargs, env=env)
+
+
+@pytest.mark.parametrize("seconds", ["inf", "-inf", "nan", "1e12", "604800.5", "-1", "0"])
+def test_a_timeout_must_be_finite_positive_and_at_most_a_week(seconds):
+    """Larger timeouts would pass the checks and overflow every socket timeout and thread
+    wait on every rank; refused here, from ``init``'s keyword and from the variable."""
+    message = r"^timeout: must be a number of seconds above 0 and at most 604800 \(a week\)"
+    with pytest.raises(ValueError, match=message + ", got"):
+        PragueConfig.from_sources({"timeout": float(seconds)}, env={})
+    with pytest.raises(ValueError, match=message + f".*HOROVOD_PRAGUE_TIMEOUT='{seconds}'"):
+        PragueConfig.from_sources(env={"HOROVOD_PRAGUE_TIMEOUT": seconds})
+    # A keyword over a bad variable: the variable is not used, so it is not an error.
+    assert (
+        PragueConfig.from_sources({"timeout": 5}, {"HOROVOD_PRAGUE_TIMEOUT": seconds}).timeout == 5
+    )
+
+
+def test_the_longest_timeout_fits_sockets_and_thread_waits():
+    assert PragueConfig(timeout=MAX_TIMEOUT).timeout == MAX_TIMEOUT == 7 * 24 * 3600
+    assert MAX_TIMEOUT < threading.TIMEOUT_MAX
+    with socket.socket() as sock:
+        sock.settimeout(MAX_TIMEOUT)
+        assert sock.gettimeout() == MAX_TIMEOUT
+
+
+def test_a_bad_value_from_a_variable_names_the_variable():
+    with pytest.raises(
+        ValueError,
+        match=r"^pool_size: must be at least 1, got 0 \(from HOROVOD_PRAGUE_POOL_SIZE='0'\)$",
+    ):
+        PragueConfig.from_sources(env={"HOROVOD_PRAGUE_POOL_SIZE": "0"})
+    with pytest.raises(ValueError, match=r"^pool_size: must be at least 1, got 0$"):
+        PragueConfig.from_sources({"pool_size": 0}, env={"HOROVOD_PRAGUE_POOL_SIZE": "2"})
 
 
 def test_unknown_option_is_a_type_error_listing_the_known_ones():
