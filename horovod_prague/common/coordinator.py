@@ -17,12 +17,15 @@ The server serves every connection from one thread with ``selectors``. A connect
 greet and say ``hello`` within ``handshake_timeout``; ``hello`` binds it to one rank, and a
 rank has at most one live connection (a second one is refused, not swapped in; once the first
 is closed the rank may connect again). Anything else before ``hello``, a bad frame, or a
-request naming another rank is counted in ``rejected`` and closes the connection.
+request naming another rank is counted in ``rejected`` and closes the connection. Any error
+on one connection (a peer that resets it, a failed ``accept``, send or receive) closes that
+connection alone: the thread goes on serving the others.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import itertools
 import logging
 import math
@@ -63,6 +66,32 @@ REJECTED = (
 DROPPED = ("handshake_timeout", "idle_timeout", "stalled", "evicted")
 """Why connections are cut without a bad frame: the keys of ``GroupGeneratorServer.dropped``."""
 _OUT_LIMIT = 64 * 1024
+_ACCEPTS_PER_ROUND = 64
+"""Connections accepted per wake-up: a flood of connections cannot keep the thread from the
+ranks' requests."""
+_ONE_CONNECTION_FAILED = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ECONNABORTED",
+        "ECONNRESET",
+        "EPROTO",
+        "EPERM",
+        "ETIMEDOUT",
+        "ENETDOWN",
+        "ENETUNREACH",
+        "EHOSTDOWN",
+        "EHOSTUNREACH",
+        "ENONET",
+        "ENOPROTOOPT",
+        "EOPNOTSUPP",
+    )
+    if hasattr(errno, name)
+)
+"""``accept`` errors that end one incoming connection (Linux reports its network errors
+there; accept(2)): the next connection is accepted at once. Any other error (out of
+descriptors or memory) pauses accepting until the next scan."""
+MAX_COLLECTIVE_NAME = 256
+"""The longest collective name a ``waiting`` report may carry."""
 _WAKE = object()
 
 
@@ -210,24 +239,32 @@ class GroupGeneratorServer:
             pass
 
     def _accept(self) -> None:
-        while True:
+        for _ in range(_ACCEPTS_PER_ROUND):
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
+                if e.errno in _ONE_CONNECTION_FAILED:
+                    continue  # only that connection is lost
                 # Out of descriptors or similar: stop accepting until the next scan.
                 log.warning("Prague Group Generator: accept failed: %s", e)
-                if self._listening:
-                    self._selector.unregister(self._listener)
-                    self._listening = False
+                self._pause_listening()
                 return
-            try:
-                sock.setblocking(False)
-                _tune(sock)
-            except OSError:
-                _quiet_close(sock)
-                continue
+            self._admit(sock)
+
+    def _pause_listening(self) -> None:
+        if self._listening:
+            self._selector.unregister(self._listener)
+            self._listening = False
+
+    def _admit(self, sock: socket.socket) -> None:
+        """Start serving one accepted socket with the greeting; any error on it (the peer may
+        already have reset it) closes this connection alone."""
+        conn: _Connection | None = None
+        try:
+            sock.setblocking(False)
+            _tune(sock)
             if len(self._pending) >= self.max_pending:
                 self.dropped["evicted"] += 1
                 self._drop(next(iter(self._pending)))
@@ -236,6 +273,13 @@ class GroupGeneratorServer:
             self._pending[conn] = None
             self._selector.register(sock, conn.events, conn)
             self._flush(conn)
+        except Exception as e:
+            if not isinstance(e, OSError):
+                log.exception("Prague Group Generator: unexpected error on a new connection")
+            if conn is None:
+                _quiet_close(sock)
+            else:
+                self._drop(conn)
 
     def _service(self, conn: _Connection, mask: int) -> None:
         if conn not in self._connections:
@@ -339,13 +383,22 @@ class GroupGeneratorServer:
                 isinstance(r, int) and not isinstance(r, bool) for r in group
             ):
                 raise _Refused(f"'group' must be a list of ranks, got {group!r}")
-            gg.note_waiting(conn.rank, tuple(group))
+            collective = message.get("collective")
+            if collective is not None and not (
+                isinstance(collective, str) and 0 < len(collective) <= MAX_COLLECTIVE_NAME
+            ):
+                raise _Refused(
+                    f"'collective' must be a name of 1 to {MAX_COLLECTIVE_NAME} characters, "
+                    f"got {collective!r:.80}"
+                )
+            gg.note_waiting(conn.rank, tuple(group), collective)
             return {}
         return {
             "counts": list(gg.counts),
             "generations": gg.generations,
             "silence": gg.silence(),
             "waits": [None if w is None else list(w) for w in gg.waits()],
+            "collectives": gg.waiting_in(),
             "lost": sorted(self.lost),
             "rejected": dict(self.rejected),
             "dropped": dict(self.dropped),
@@ -587,9 +640,13 @@ class GroupGeneratorClient:
         ``GroupGenerator.rejoin``)."""
         return int(self.request("rejoin")["syncs"])
 
-    def waiting(self, group: Group) -> None:
-        """Tell the Group Generator this rank has waited long on ``group``'s average."""
-        self.request("waiting", group=list(group))
+    def waiting(self, group: Group, collective: str | None = None) -> None:
+        """Tell the Group Generator this rank has waited long on ``group``'s average, or in
+        the script's ``collective`` over the ranks ``group``."""
+        if collective is None:
+            self.request("waiting", group=list(group))
+        else:
+            self.request("waiting", group=list(group), collective=collective)
 
     def stats(self) -> dict[str, Any]:
         return self.request("stats")
@@ -622,7 +679,10 @@ def _quiet_close(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
-    sock.close()
+    try:
+        sock.close()
+    except OSError:
+        pass
 
 
 def _owed_reply(owed: Owed) -> dict[str, Any]:

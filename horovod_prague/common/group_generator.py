@@ -88,6 +88,8 @@ class GroupGenerator:
         # The group each rank said it has waited on for long (``note_waiting``), until it asks
         # for anything else.
         self.waiting: list[Group | None] = [None] * size
+        # The script's collective each rank said it has waited in for long, by name, if any.
+        self.collectives: list[str | None] = [None] * size
         self._lock = threading.Lock()
 
     def next_group(self, rank: int) -> Group:
@@ -245,9 +247,10 @@ class GroupGenerator:
                 for r, t in enumerate(self.last_asked)
             ]
 
-    def note_waiting(self, rank: int, group: Group) -> None:
-        """``rank`` has waited long for the average of ``group``, one of its groups; it stays
-        waiting until it next asks for anything."""
+    def note_waiting(self, rank: int, group: Group, collective: str | None = None) -> None:
+        """``rank`` has waited long for the average of ``group``, one of its groups, or, with
+        ``collective``, in the script's collective of that name over the ranks ``group``; it
+        stays waiting until it next asks for anything."""
         self._check_rank(rank)
         if (
             len(group) < 2
@@ -261,6 +264,7 @@ class GroupGenerator:
             )
         with self._lock:
             self.waiting[rank] = tuple(sorted(group))
+            self.collectives[rank] = collective
 
     def waits(self) -> list[Group | None]:
         """For each rank, the group it waits on: the one it said (``note_waiting``), else the
@@ -276,6 +280,12 @@ class GroupGenerator:
         self._check_rank(rank)
         self.last_asked[rank] = time.monotonic()
         self.waiting[rank] = None
+        self.collectives[rank] = None
+
+    def waiting_in(self) -> list[str | None]:
+        """For each rank, the name of the script's collective it said it waits in, if any."""
+        with self._lock:
+            return list(self.collectives)
 
     def _check_rank(self, rank: int) -> None:
         if not (isinstance(rank, int) and 0 <= rank < self.size):

@@ -1,5 +1,7 @@
 """The Group Generator service over TCP: protocol, authentication, limits, errors and timeouts."""
 
+import errno
+import select
 import socket
 import struct
 import threading
@@ -353,9 +355,9 @@ class SlowToNoteWaits(GroupGenerator):
         super().__init__(strategy)
         self.release = threading.Event()
 
-    def note_waiting(self, rank, group):
+    def note_waiting(self, rank, group, collective=None):
         self.release.wait(10)
-        super().note_waiting(rank, group)
+        super().note_waiting(rank, group, collective)
 
 
 @pytest.mark.parametrize("late", [1, 2])
@@ -380,7 +382,7 @@ def test_a_report_answered_late_leaves_the_connection_working(late):
 
 
 class RefusesWaitsLate(SlowToNoteWaits):
-    def note_waiting(self, rank, group):
+    def note_waiting(self, rank, group, collective=None):
         self.release.wait(10)
         raise coordinator._Refused("no waits today", close=True)
 
@@ -500,6 +502,126 @@ def test_bad_input_never_stops_the_server(server):
     rejected = ranked.stats()["rejected"]
     assert rejected["malformed"] == 2 and rejected["version"] == 1
     assert rejected["oversized"] == 1 and rejected["truncated"] == 1
+
+
+def connect_and_reset(address):
+    """Connect, then close with SO_LINGER {on, 0}: the peer gets a reset, not a FIN."""
+    sock = socket.create_connection(address, timeout=5)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+class HoldsTheServer(GroupGenerator):
+    """Keeps the server's thread inside ``next_group`` until ``release`` is set."""
+
+    def __init__(self, strategy):
+        super().__init__(strategy)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def next_group(self, rank):
+        self.entered.set()
+        self.release.wait(10)
+        return super().next_group(rank)
+
+
+def test_peers_that_reset_at_once_never_stop_the_server():
+    """No one who can merely connect may stop the Group Generator: a connection reset before
+    the server sends its greeting closes that connection alone."""
+    gg = HoldsTheServer(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
+    with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
+        address = srv.address
+        ranked = client(srv, rank=1)
+        ranked.hello("fp")
+        # While the server's thread is held, the resets arrive before it accepts: the
+        # greeting then goes to sockets the peers have already reset.
+        groups = []
+        asking = threading.Thread(target=lambda: groups.append(ranked.next_group()))
+        asking.start()
+        assert gg.entered.wait(5)
+        for _ in range(20):
+            connect_and_reset(address)
+        gg.release.set()
+        asking.join(10)
+        assert groups == [(0, 1)]
+        assert 1 in ranked.next_group()
+        # And interleaved with a rank's requests.
+        for _ in range(200):
+            connect_and_reset(address)
+            assert 1 in ranked.next_group()
+        assert srv._thread.is_alive()
+        with client(srv, rank=2) as late:
+            assert late.hello("fp") == 4
+            assert 2 in late.next_group()
+        assert wait_for(lambda: srv.connections == 1)  # the resets left nothing open
+        assert srv.rejected == dict.fromkeys(srv.rejected, 0)
+
+
+class FailingListener:
+    """The server's listening socket, whose ``accept`` first raises ``errors`` in turn."""
+
+    def __init__(self, sock, errors):
+        self.sock = sock
+        self.errors = list(errors)
+
+    def accept(self):
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.sock.accept()
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def test_accept_errors_lose_at_most_the_one_connection(server, caplog):
+    """``accept`` reports a connection that failed while queued (ECONNABORTED) by raising:
+    the server goes on to the next one; out of descriptors (EMFILE), it pauses accepting
+    until its next scan. Either way it keeps serving."""
+    ranked = client(server, rank=1)
+    ranked.hello("fp")
+    listener = FailingListener(
+        server._listener,
+        [
+            ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort"),
+            OSError(errno.EMFILE, "Too many open files"),
+        ],
+    )
+    server._listener = listener
+    with caplog.at_level("WARNING", logger=coordinator.__name__):
+        with client(server, rank=2) as late:
+            assert late.hello("fp") == 4
+            assert late.next_group() == (2, 3)
+    assert listener.errors == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "Prague Group Generator: accept failed: [Errno 24] Too many open files"
+    ]
+    assert ranked.next_group() == (0, 1) and server._thread.is_alive()
+
+
+def test_a_rank_that_never_reads_its_replies_is_cut_and_the_others_are_served():
+    gg = GroupGenerator(AllreduceStrategy(Topology(2000, 2000), 2, 1, 0))
+    with GroupGeneratorServer(gg, TOKEN, "fp", handshake_timeout=1.0) as srv:
+        ranked = client(srv, rank=1)
+        ranked.hello("fp")
+        deaf = Raw(srv)
+        deaf.hello(2)
+        # Requests for replies of about 50 kB each, far more than the socket buffers hold.
+        requests = b"".join(deaf.channel.seal({"op": "stats", "id": i}) for i in range(1, 400))
+        deaf.sock.setblocking(False)
+        sent = 0
+        deadline = time.monotonic() + 10
+        while sent < len(requests) and srv.dropped["stalled"] == 0:
+            assert time.monotonic() < deadline
+            try:
+                sent += deaf.sock.send(requests[sent:])
+            except BlockingIOError:
+                assert ranked.next_group()  # served while the deaf rank's replies pile up
+                select.select([], [deaf.sock], [], 0.1)
+            except ConnectionError:
+                break
+        assert wait_for(lambda: srv.dropped["stalled"] == 1 and srv.connections == 1)
+        assert srv.lost == {2}
+        assert ranked.next_group()
 
 
 def test_the_server_binds_the_address_it_advertises(monkeypatch):
