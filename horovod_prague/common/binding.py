@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import math
 import sys
 import time
 import warnings
@@ -24,9 +25,18 @@ from typing import Any, TypeVar
 from . import diagnosis
 from .config import PragueConfig
 from .group_generator import Owed, WorldGroup, holding_up
-from .overlap import GroupWaitTimeout, Overlap, OverlappedAverager, PendingAverage, awaiting
+from .overlap import (
+    BackgroundCall,
+    GroupWaitTimeout,
+    Overlap,
+    OverlappedAverager,
+    PendingAverage,
+    awaiting,
+    wait_until,
+)
 from .protocol import CoordinatorTimeout
 from .runtime import PragueRuntime, elastic, initialize
+from .script_collectives import PRAGUE_PREFIX, Started, not_reached
 from .strategies import Group
 
 T = TypeVar("T")
@@ -70,6 +80,13 @@ def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
             raise named from e
 
     return call
+
+
+def _ranks_of(rt: PragueRuntime, process_set: Any) -> Group:
+    """The ranks of a Horovod process set of ``rt``'s world (None: the global one)."""
+    if process_set is None or process_set.process_set_id == 0:  # Horovod's global set
+        return rt.world
+    return tuple(sorted(process_set.ranks))
 
 
 def _says_a_rank_is_gone(error: Exception) -> bool:
@@ -408,12 +425,110 @@ class Binding(abc.ABC):
         stats["waited_ms"] = round(1e3 * waited_s)
         return stats
 
-    def _report_waiting(self, group: Group) -> None:
-        """Tell the Group Generator this rank has waited long on ``group`` (``awaiting``)."""
+    def _report_waiting(self, group: Group, collective: str | None = None) -> None:
+        """Tell the Group Generator this rank has waited long on ``group`` (``awaiting``), or
+        in the script's ``collective`` over the ranks ``group``."""
         try:
-            self.runtime().client.waiting(group)
+            self.runtime().client.waiting(group, collective)
         except Exception:  # noqa: BLE001, S110  (the wait's own deadline reports what is wrong)
             pass
+
+    def name_script_collective(self, kind: str, name: str | None, process_set: Any) -> Any:
+        """The name a script's collective of ``kind`` goes to Horovod with: its own, or for
+        an unnamed one a name every member gives alike (``script_collectives``), counted per
+        ``process_set`` (any hashable key that tells the sets apart); before ``init``,
+        ``name`` as it is."""
+        rt = self._runtime
+        return name if rt is None else rt.script_collectives.name(kind, name, process_set)
+
+    def script_collective_started(self, handle: int, name: str | None, process_set: Any) -> None:
+        """Remember the script's collective ``name`` on ``process_set`` (by its ``handle``),
+        for the deadline of the wait for it (``wait_for_script_collective``)."""
+        rt = self._runtime
+        if rt is None or name is None or name.startswith(PRAGUE_PREFIX):
+            return
+        rt.script_collectives.started(handle, name, _ranks_of(rt, process_set))
+
+    def wait_for_script_collective(self, handle: int, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()``: the completion of the script's collective of ``handle``.
+
+        A collective the script started under Prague (``script_collective_started``) has the
+        job's ``timeout``: a member that never reaches it (a script whose ranks call different
+        collectives) ends this rank with a GroupWaitTimeout that names the collective and the
+        members that did not reach it, as they told the Group Generator, instead of a wait
+        for ever. Other handles (Horovod's ``join``, which waits for ranks that still train)
+        have no deadline, as in Horovod.
+        """
+        rt = self._runtime
+        started = rt.script_collectives.finished(handle) if rt is not None else None
+        if rt is None or started is None:
+            wait_until(ready, math.inf, str)
+            return
+        self._wait_with_deadline(
+            started, rt.config.timeout, lambda seconds, late: wait_until(ready, seconds, late)
+        )
+
+    def run_script_collective(self, call: Callable[[], T], name: str, process_set: Any) -> T:
+        """``call()``, a script's blocking collective ``name`` on ``process_set`` (TensorFlow's
+        eager ops, which wait inside with no deadline), on a background thread, waited for with
+        the job's ``timeout`` as ``wait_for_script_collective`` waits; in place before Prague
+        has started (no Group Generator to tell who is missing)."""
+        rt = self._runtime
+        if rt is None or not rt.started:
+            return call()
+        started = Started(name, _ranks_of(rt, process_set))
+        running = BackgroundCall(call)
+        self._wait_with_deadline(started, rt.config.timeout, running.result)
+        return running.result(0.0, str)
+
+    def _wait_with_deadline(
+        self, started: Started, timeout: float, wait: Callable[[float, Callable[[], str]], Any]
+    ) -> None:
+        """``wait(seconds, late)`` for the script's collective ``started``, ``timeout`` in all,
+        in two halves: the members that reached it have told the Group Generator so within
+        the first (``awaiting``), and a look at who waits in what then is what the error says
+        where the Group Generator is gone by the deadline (rank 0 may have ended first)."""
+        half = timeout / 2
+        earlier: list[str] = []
+        with awaiting(started.ranks, lambda ranks: self._report_waiting(ranks, started.name)):
+            try:
+                wait(half, str)
+                return
+            except GroupWaitTimeout:
+                with contextlib.suppress(Exception):  # the error at the end says what is known
+                    earlier.append(self._who_did_not_reach(started))
+            wait(timeout - half, lambda: self._late_script_collective(started, timeout, earlier))
+
+    def _who_did_not_reach(self, started: Started) -> str:
+        """Which members of ``started``'s set did not reach it, as the Group Generator says;
+        raises where it cannot say."""
+        rt = self.runtime()
+        stats = rt.client.stats()
+        collectives = stats.get("collectives") or [None] * rt.topology.size
+        silence = stats.get("silence") or [0.0] * rt.topology.size
+        return not_reached(started, rt.rank, collectives, silence)
+
+    def _late_script_collective(
+        self, started: Started, timeout: float, earlier: list[str]
+    ) -> str:
+        """What a script's collective that missed its deadline says (``earlier``: who had
+        not reached it half way)."""
+        try:
+            who = self._who_did_not_reach(started)
+        except Exception as e:  # noqa: BLE001  (the error says what is known)
+            who = (
+                f"{earlier[0]}, half way through the wait (the Group Generator did not answer "
+                f"at its end: {e})"
+                if earlier
+                else f"the Group Generator did not answer ({e}), so who did not reach it is "
+                "unknown"
+            )
+        return (
+            f"Horovod collective {started.name!r} on ranks {list(started.ranks)} did not "
+            f"complete within {timeout:g} s: {who}. Every member of a process set must call "
+            "its collectives in one order; if a rank may take longer than that to reach one, "
+            "raise the timeout (--prague-timeout, HOROVOD_PRAGUE_TIMEOUT)"
+        )
 
     def _holding_up(self, group: Group | None) -> str:
         """Which rank most likely holds up this rank's wait on ``group``, and which ranks and
@@ -742,6 +857,43 @@ class Binding(abc.ABC):
             return collective(*args, **kwargs)
 
         return guarded
+
+    def add_process_set(self, process_set: Any) -> Any:
+        """Horovod's ``add_process_set`` beside Prague's sets: the script's set, ready for
+        collectives, also where Prague has one with these ranks, which it then shares
+        (``ProcessSetPool.add_for_script``). Every rank calls it, as Horovod requires, so the
+        model is brought to consensus first, as for a global collective."""
+        rt = self._before_process_set_call()
+        if rt is None:
+            return self.hvd.add_process_set(process_set)
+        return rt.pool.add_for_script([process_set], batch=False)[0]
+
+    def add_process_sets(self, process_sets: Sequence[Any]) -> list[Any]:
+        """Horovod's ``add_process_sets`` (``patches/0022``) beside Prague's sets, as
+        ``add_process_set`` for each, all or none."""
+        rt = self._before_process_set_call()
+        if rt is None:
+            return list(self.hvd.add_process_sets(process_sets))
+        return rt.pool.add_for_script(list(process_sets), batch=True)
+
+    def remove_process_set(self, process_set: Any) -> bool:
+        """Horovod's ``remove_process_set`` beside Prague's sets: a set Prague also uses stays
+        registered for Prague, and the script's object is invalidated, as Horovod does
+        (``ProcessSetPool.remove_for_script``); consensus first, as for adding."""
+        rt = self._before_process_set_call()
+        if rt is None:
+            return bool(self.hvd.remove_process_set(process_set))
+        return rt.pool.remove_for_script(process_set)
+
+    def _before_process_set_call(self) -> PragueRuntime | None:
+        """The runtime, started, after a consensus (``guard``'s for a global collective: a
+        rank in Horovod's add or remove waits for every rank, also one that waits in a
+        group for it); None before ``init``."""
+        if self._runtime is None:
+            return None
+        rt = self.runtime()
+        self.consensus()
+        return rt
 
     def leave(self) -> None:
         """At the end of a run: ``finish`` the tracked models unless this rank already left.

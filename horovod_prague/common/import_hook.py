@@ -79,6 +79,19 @@ TORCH_WAITING_MODULES = (
     "horovod.torch.optimizer",
     "horovod.torch.sync_batch_norm",
 )
+# The private functions of ``horovod.torch.mpi_ops`` through which every PyTorch collective
+# passes its name to Horovod's C++ library: Prague's (``horovod_prague.torch.collectives``) give
+# an unnamed collective a name every member gives alike.
+TORCH_NAMED_FUNCTIONS = (
+    "_allreduce_async",
+    "_grouped_allreduce_async",
+    "_allgather_async",
+    "_grouped_allgather_async",
+    "_broadcast_async",
+    "_alltoall_async",
+    "_reducescatter_async",
+    "_grouped_reducescatter_async",
+)
 KERAS_GLOBAL_COLLECTIVES = (
     "allreduce",
     "allgather",
@@ -86,6 +99,9 @@ KERAS_GLOBAL_COLLECTIVES = (
     "reducescatter",
     "broadcast_global_variables",
 )
+# Horovod's functions that add and remove process sets: under Prague a script's set may have
+# the ranks of one of Prague's, which Horovod holds once (``process_sets.ProcessSetPool``).
+PROCESS_SET_FUNCTIONS = ("add_process_set", "add_process_sets", "remove_process_set")
 
 # Horovod module -> the Prague modules whose functions replace its names, and those names.
 REPLACED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
@@ -99,11 +115,16 @@ REPLACED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
                 "synchronize",
                 "DistributedOptimizer",
                 *TORCH_GLOBAL_COLLECTIVES,
+                *PROCESS_SET_FUNCTIONS,
             ),
         ),
     ),
     # Horovod's own modules wait for their operations with the ``synchronize`` they imported.
     **{module: (("horovod_prague.torch", ("synchronize",)),) for module in TORCH_WAITING_MODULES},
+    "horovod.torch.mpi_ops": (
+        ("horovod_prague.torch", ("synchronize",)),
+        ("horovod_prague.torch.collectives", TORCH_NAMED_FUNCTIONS),
+    ),
     "horovod.tensorflow": (
         (
             "horovod_prague.tensorflow",
@@ -114,13 +135,20 @@ REPLACED: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
                 "DistributedOptimizer",
                 "DistributedGradientTape",
                 *TF_GLOBAL_COLLECTIVES,
+                *PROCESS_SET_FUNCTIONS,
             ),
         ),
     ),
     "horovod.tensorflow.keras": (
         (
             "horovod_prague.keras",
-            ("init", "shutdown", "DistributedOptimizer", *KERAS_GLOBAL_COLLECTIVES),
+            (
+                "init",
+                "shutdown",
+                "DistributedOptimizer",
+                *KERAS_GLOBAL_COLLECTIVES,
+                *PROCESS_SET_FUNCTIONS,
+            ),
         ),
     ),
     # ``hvd.elastic.run``'s reset (Keras's elastic runs TensorFlow's), and the broadcast with
@@ -151,7 +179,15 @@ def install() -> None:
 
 
 def patch(module: ModuleType) -> None:
-    """Point ``module``'s replaced names at Prague's functions."""
+    """Point ``module``'s replaced names at Prague's functions, once per module object.
+
+    Once only: a script may have wrapped a patched name since (a wrapper that calls the
+    forwarder it found); patching again would take that wrapper for Horovod's original, and
+    Prague's function would call the wrapper that calls it.
+    """
+    if getattr(module, "__prague_patched__", False):
+        return
+    module.__prague_patched__ = True  # type: ignore[attr-defined]
     saved = _originals.setdefault(module.__name__, {})
     for name, target in replacements(module.__name__).items():
         original = getattr(module, name)

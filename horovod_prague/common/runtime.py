@@ -23,16 +23,16 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from .adapt import adapt_to_world, warn_adapted
 from .agreement import check_before_init
 from .config import PragueConfig
 from .coordinator import GroupGeneratorClient, GroupGeneratorServer
 from .group_generator import GroupGenerator, Owed
-from .process_sets import ProcessSetPool, collective_name
+from .process_sets import DYNAMIC_SETS_VAR, ProcessSetPool, collective_name
 from .protocol import new_token
+from .script_collectives import ScriptCollectives
 from .strategies import Group, GroupStrategy, make_strategy
 from .topology import NODES_VAR, Topology, uneven_hosts_in_env
-
-DYNAMIC_SETS_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
 
 class PragueRuntime:
@@ -44,9 +44,15 @@ class PragueRuntime:
         config: PragueConfig,
         strategy: GroupStrategy,
         registered: list[Any] | None,
+        given: PragueConfig | None = None,
+        script_sets: list[Any] | None = None,
     ) -> None:
         self.hvd = hvd
         self.config = config
+        """The options this world runs with: those ``given``, or, under elastic, those adapted
+        to a world they do not fit (``adapt.adapt_to_world``)."""
+        self.given = config if given is None else given
+        """The options this rank was given, which every rank must share (``start``)."""
         self.strategy = strategy
         self.topology = strategy.topology
         self.world: Group = tuple(range(self.topology.size))
@@ -54,13 +60,15 @@ class PragueRuntime:
         self.server: GroupGeneratorServer | None = None
         self._client: GroupGeneratorClient | None = None
         self.pool = ProcessSetPool(
-            hvd, strategy.groups(), self.topology.size, self.rank, registered
+            hvd, strategy.groups(), self.topology.size, self.rank, registered, script_sets or []
         )
         self.hosts: list[str] = []
         """Each rank's host name (known once started)."""
         self.syncs = 0
         self.finished = False
         self.finals = 0
+        self.script_collectives = ScriptCollectives()
+        """The script's own collectives: names for unnamed ones, those in flight."""
 
     @property
     def started(self) -> bool:
@@ -77,7 +85,7 @@ class PragueRuntime:
             return
         offer = self._serve() if self.rank == 0 else {}
         try:
-            layout, self.hosts, offer = _agree_and_lay_out(self.hvd, self.config, offer)
+            layout, self.hosts, offer = _agree_and_lay_out(self.hvd, self.given, offer)
             if layout != self.topology and not elastic():  # elastic: groups ignore hosts
                 raise RuntimeError(
                     f"Prague was set up for {self.topology}, Horovod reports {layout}"
@@ -225,7 +233,8 @@ def initialize(
     elif strategy is not None:
         # A user's set with the ranks of a Prague group serves both: Horovod refuses two sets
         # with the same ranks.
-        by_ranks = {tuple(sorted(s.ranks)): s for s in user_sets if s.ranks is not None}
+        # The first of equal ones, which Horovod's init keeps (it invalidates the others).
+        by_ranks = {tuple(sorted(s.ranks)): s for s in reversed(user_sets) if s.ranks is not None}
         registered = [by_ranks.get(g) or hvd.ProcessSet(list(g)) for g in strategy.groups()]
     if strategy is None and horovod_kwargs.get("process_sets") != "dynamic":
         warnings.warn(
@@ -251,9 +260,24 @@ def initialize(
         ) from e
     if guessed:
         _require_even_hosts(hvd)
+    given = config
     if strategy is None:
-        strategy = make_strategy(config, announced or _topology_after_init(hvd))
-    return PragueRuntime(hvd, config, strategy, registered)
+        topology = announced or _topology_after_init(hvd)
+        if elastic():
+            config = _adapted(hvd, given, topology.size)
+        strategy = make_strategy(config, topology)
+    return PragueRuntime(hvd, config, strategy, registered, given, user_sets)
+
+
+def _adapted(hvd: ModuleType, given: PragueConfig, size: int) -> PragueConfig:
+    """The options a Horovod elastic world of ``size`` ranks runs with (``adapt_to_world``):
+    every rank derives them alike from the options given, which ``PragueRuntime.start``
+    checks are the same on every rank. Rank 0 warns, at each ``init`` and reset, where they
+    differ from those given."""
+    adapted = adapt_to_world(given, size)
+    if adapted.changed and hvd.rank() == 0:
+        warn_adapted(adapted)
+    return adapted.config
 
 
 def _uneven_hosts(local_size: int, size: int) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import tensorflow as _tf
 from horovod.tensorflow import *  # noqa: F403  (the whole Horovod API, re-exported)
 
-from ..common.import_hook import TF_GLOBAL_COLLECTIVES
+from ..common.import_hook import PROCESS_SET_FUNCTIONS, TF_GLOBAL_COLLECTIVES
 from .binding import _hvd
 from .binding import binding as _binding
 from .optimizer import DistributedGradientTape as DistributedGradientTape
@@ -46,6 +46,7 @@ average_model = _binding.average_model
 finish = _binding.finish
 shutdown = _binding.shutdown
 globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TF_GLOBAL_COLLECTIVES})
+globals().update({name: getattr(_binding, name) for name in PROCESS_SET_FUNCTIONS})
 
 
 def join() -> Any:

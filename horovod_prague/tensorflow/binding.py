@@ -162,16 +162,39 @@ class TensorflowBinding(Binding):
 
         @functools.wraps(collective)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            process_set = signature.bind_partial(*args, **kwargs).arguments.get("process_set")
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            process_set = bound.get("process_set")
             if process_set is not None and process_set.process_set_id != global_id:
-                return collective(*args, **kwargs)
+                return self._with_deadline(collective, args, kwargs, bound, process_set)
             before = run_eagerly(self._consensus_first, self.tracked)
             with tf.control_dependencies([] if before is None else [before]):
-                result = collective(*args, **kwargs)
+                result = self._with_deadline(collective, args, kwargs, bound, process_set)
             _chain_after(result)
             return result
 
         return guarded
+
+    def _with_deadline(
+        self,
+        collective: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        bound: dict[str, Any],
+        process_set: Any,
+    ) -> Any:
+        """A script's collective: run eagerly with the job's deadline
+        (``Binding.run_script_collective``), on the device the caller had chosen; staged into
+        a traced graph as it is."""
+        if not tf.executing_eagerly():
+            return collective(*args, **kwargs)
+        device = _current_device()
+
+        def call() -> Any:
+            with tf.device(device):
+                return collective(*args, **kwargs)
+
+        name = bound.get("name") or collective.__name__
+        return self.run_script_collective(call, str(name), process_set)
 
     def _consensus_first(self) -> None:
         if self._runtime is None:
@@ -393,6 +416,13 @@ def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) 
         op = tf.py_function(call, inp=handles, Tout=tf.int32)
     setattr(graph, STAGED, _Staged(op, handles))
     return op
+
+
+def _current_device() -> str:
+    """The device the calling thread's ops are placed on (``tf.device`` is per thread)."""
+    from tensorflow.python.eager import context
+
+    return context.context().device_name or ""
 
 
 def _chain_after(result: Any) -> None:

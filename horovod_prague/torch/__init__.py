@@ -25,7 +25,12 @@ import importlib
 
 from horovod.torch import *  # noqa: F403  (the whole Horovod API, re-exported)
 
-from ..common.import_hook import TORCH_GLOBAL_COLLECTIVES, TORCH_WAITING_MODULES, patch_horovod
+from ..common.import_hook import (
+    PROCESS_SET_FUNCTIONS,
+    TORCH_GLOBAL_COLLECTIVES,
+    TORCH_WAITING_MODULES,
+    patch_horovod,
+)
 from .binding import _hvd
 from .binding import binding as _binding
 from .binding import synchronize as synchronize
@@ -48,6 +53,7 @@ finish = _binding.finish
 shutdown = _binding.shutdown
 globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TORCH_GLOBAL_COLLECTIVES})
 broadcast_optimizer_state = _binding.guard(_broadcast_optimizer_state)
+globals().update({name: getattr(_binding, name) for name in PROCESS_SET_FUNCTIONS})
 patch_horovod(*TORCH_WAITING_MODULES)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,6 +11,7 @@ import torch
 
 from ..common.binding import Binding
 from ..common.import_hook import originals
+from ..common.integer_sums import corrected, floor_mean, halves
 from ..common.overlap import Overlap, PendingAverage, late_collective, wait_until
 
 _hvd = originals(horovod.torch)
@@ -53,16 +53,16 @@ class TorchBinding(Binding):
             if not _floating(dtype):
                 summed = wait(
                     _hvd.grouped_allreduce_async(
-                        [_wide(t) for t in data], op=_hvd.Sum, name=tag, process_set=process_set
+                        _sent_integers(data, dtype), op=_hvd.Sum, name=tag, process_set=process_set
                     ),
                     timeout,
                     tag,
                 )
-                for t, s in zip(data, summed, strict=True):
+                for t, (mean, remainder) in zip(data, _means(summed, dtype, size), strict=True):
                     if share_of is None:
-                        t.copy_(torch.div(s, size, rounding_mode="floor"))
+                        t.copy_(mean)
                     else:
-                        t.copy_(_narrow(_share(s, size, share_of), t.dtype))
+                        t.copy_(_narrow(_share(mean, remainder, share_of), t.dtype))
             elif weight is None and overlap is None:
                 before = [t.clone() for t in data] if followed else []
                 wait(
@@ -111,13 +111,14 @@ class TorchPendingAverage(PendingAverage):
     """A snapshot of the tensors, averaged by Horovod in the background.
 
     The same collectives as ``TorchBinding.average``: one per dtype, floating-point tensors
-    averaged, integer ones summed. Two copies of each tensor: the snapshot, to measure what
-    the average changed, and the average (under ``weighting=progress``, the weighted copy
-    sent, averaged in place; otherwise the output Horovod returns). With ``overlap``, each
-    floating-point collective also carries this rank's ``overlap.flag``, and the correction
-    is scaled by ``overlap.scale`` of the group's mean flag. Integer tensors (counters) take
-    ``integer_share - snapshot`` of their sums, whole (``PendingAverage.apply``), with this
-    rank's position in ``process_set``. ``average`` stays separate: a blocking average must
+    averaged, integer ones summed (``_sent_integers``). Two copies of each tensor: the
+    snapshot, to measure what the average changed, and the average (under
+    ``weighting=progress``, the weighted copy sent, averaged in place; otherwise the output
+    Horovod returns). With ``overlap``, each floating-point collective also carries this
+    rank's ``overlap.flag``, and the correction is scaled by ``overlap.scale`` of the group's
+    mean flag. Integer tensors (counters) take ``integer_share - snapshot`` of their sums,
+    whole (``PendingAverage.apply``), with this rank's position in ``process_set``, added
+    exactly (``integer_sums.corrected``). ``average`` stays separate: a blocking average must
     set the tensor to the collective's result exactly (``t + (avg - t)`` may differ from
     ``avg`` in the last bit), or ranks would not be bit-identical after a global average.
     """
@@ -144,7 +145,7 @@ class TorchPendingAverage(PendingAverage):
         by_dtype: dict[torch.dtype, list[int]] = {}
         for i, t in enumerate(self.targets):
             by_dtype.setdefault(t.dtype, []).append(i)
-        self.parts: list[tuple[list[int], bool, int]] = []
+        self.parts: list[tuple[list[int], torch.dtype, int]] = []
         for dtype, indices in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
             floating = _floating(dtype)
@@ -153,9 +154,9 @@ class TorchPendingAverage(PendingAverage):
                 handle = _average_async(_sent(data, weight, overlap), weight, tag, process_set)
             else:
                 handle = _hvd.grouped_allreduce_async(
-                    data, op=_hvd.Sum, name=tag, process_set=process_set
+                    _sent_integers(data, dtype), op=_hvd.Sum, name=tag, process_set=process_set
                 )
-            self.parts.append((indices, floating, handle))
+            self.parts.append((indices, dtype, handle))
 
     def ready(self) -> bool:
         return all(_hvd.poll(handle) for _, _, handle in self.parts)
@@ -163,19 +164,23 @@ class TorchPendingAverage(PendingAverage):
     @torch.no_grad()
     def apply(self) -> None:
         moves: list[tuple[torch.Tensor, torch.Tensor, float]] = []
-        for indices, floating, handle in self.parts:
+        for indices, dtype, handle in self.parts:
             results, scale = _hvd.synchronize(handle), 1.0
+            floating = _floating(dtype)
             if floating:
                 results, scale = _received(results, self.weight, self.overlap)
+            else:
+                means = _means(results, dtype, self.size)
+                results = [_share(mean, remainder, self.position) for mean, remainder in means]
             for i, result in zip(indices, results, strict=True):
                 target = self.targets[i].data
                 if floating:
                     move = result.to(target.dtype).sub_(self.snapshots[i])
                     target.add_(move, alpha=scale)
                     moves.append((self.targets[i], move, scale))
-                else:
-                    share = _share(result, self.size, self.position)
-                    target.copy_(_narrow(_wide(target) + share - self.snapshots[i], target.dtype))
+                else:  # exactly, clamped to the dtype's range
+                    exact = corrected(_wide(target), result, self.snapshots[i], torch.clamp)
+                    target.copy_(_narrow(exact, target.dtype))
         if self.moved is not None:  # once every tensor is averaged
             for target, move, scale in moves:
                 self.moved(target, move, scale)
@@ -241,10 +246,29 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int64, copy=True)
 
 
-def _share(summed: torch.Tensor, size: int, position: int) -> torch.Tensor:
-    """``integer_share`` of each element of the group's int64 sums."""
-    quotient = torch.div(summed, size, rounding_mode="floor")
-    return quotient + (summed - quotient * size > position)
+def _sent_integers(data: Sequence[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
+    """What an average of integer or bool ``data`` sends, to be summed: each tensor as int64
+    (``_wide``), and int64 ones as their two halves, ``hi`` then ``lo``, whose sums cannot
+    overflow (``integer_sums``). The same for blocking and overlapped averages, so that
+    members running a group either way meet in one collective."""
+    if dtype != torch.int64:
+        return [_wide(t) for t in data]
+    return [half for t in data for half in halves(t)]
+
+
+def _means(
+    summed: Sequence[torch.Tensor], dtype: torch.dtype, size: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The floor mean and the remainder of each tensor's sum over the group, from the sums
+    of ``_sent_integers``'s tensors."""
+    if dtype != torch.int64:
+        return [(s.div(size, rounding_mode="floor"), s.remainder(size)) for s in summed]
+    return [floor_mean(hi, lo, size) for hi, lo in zip(summed[0::2], summed[1::2], strict=True)]
+
+
+def _share(mean: torch.Tensor, remainder: torch.Tensor, position: int) -> torch.Tensor:
+    """``integer_share`` of each element of a group's sum, from its floor mean and remainder."""
+    return mean + (remainder > position)
 
 
 def _narrow(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -266,18 +290,20 @@ def wait(handle: int, timeout: float, name: str) -> Any:
 
 
 def synchronize(handle: int) -> Any:
-    """Horovod's ``synchronize``, waiting without its busy wait: Prague puts it in place of
-    Horovod's in the Horovod modules that wait with it (``import_hook.TORCH_WAITING_MODULES``),
-    and under the drop-in in ``horovod.torch`` too, so a script's collectives, broadcasts and
-    elastic syncs wait this way.
+    """Horovod's ``synchronize``, waiting without its busy wait and with a deadline: Prague
+    puts it in place of Horovod's in the Horovod modules that wait with it
+    (``import_hook.TORCH_WAITING_MODULES``), and under the drop-in in ``horovod.torch`` too, so a
+    script's collectives, broadcasts and elastic syncs wait this way.
 
-    The result, the errors and the absence of a deadline are Horovod's. Horovod's spins (poll,
-    yield, poll); on ranks that share cores, each spinning rank takes CPU from the background
-    loops, which under Prague negotiate every group's process set each cycle, and global
-    collectives then stalled for seconds (docs/design.md, *Busy waiting*).
+    The result and the errors are Horovod's. A script's collective that a member never reaches
+    raises after the job's timeout, naming it and the members that did not reach it
+    (``Binding.wait_for_script_collective``). Horovod's spins (poll, yield, poll); on ranks that
+    share cores, each spinning rank takes CPU from the background loops, which under Prague
+    negotiate every group's process set each cycle, and global collectives then stalled for
+    seconds (docs/design.md, *Busy waiting*).
     """
     if handle in horovod.torch.mpi_ops._handle_map:  # else Horovod's returns None at once
-        wait_until(lambda: _hvd.poll(handle), math.inf, lambda: "")
+        binding.wait_for_script_collective(handle, lambda: _hvd.poll(handle))
     return _horovods_synchronize(handle)
 
 

@@ -145,3 +145,37 @@ def test_a_stalled_negotiation_names_its_process_set_and_step(tmp_path):
             # that did not run would show a pause near the 10000 ms waited; this machine's own
             # stalls reach several seconds).
             assert wait.group(10) is None or int(wait.group(10)) < 8000, m.group(0)
+
+
+@pytest.mark.parametrize("script", ["skipped_collective.py", "tf_skipped_collective.py"])
+def test_a_collective_one_rank_skips_ends_every_rank_naming_it(tmp_path, script):
+    """A plain script under ``--prague`` whose ranks' group histories diverged (random
+    slowdowns, 4 ranks) gathers unnamed every few steps, which must work; then rank 3 skips
+    one unnamed ``hvd.allgather``. Ranks 0-2 wait in it and rank 3 in its next
+    ``hvd.allreduce``: every rank ends within the timeout (6 s) with an error naming its own
+    collective and the ranks that did not reach it, which the others told the Group
+    Generator they wait in. PyTorch names an unnamed collective by its kind and count on the
+    process set; TensorFlow's eager ops all share their kind's name, which Prague reports."""
+    job = run_ranks(
+        script,
+        tmp_path,
+        np=4,
+        launcher_flags=("--prague",),
+        env={"HOROVOD_PRAGUE_TIMEOUT": "6"},
+        timeout=150,
+    )
+    assert job.returncode != 0
+    assert len(job.reports) == 4, job.output[-3000:]
+    for rep in job.reports:
+        assert rep["gathered"] == 3, rep
+        assert rep["error"] == "GroupWaitTimeout", rep
+        assert rep["after"] < 6.0 * 2, rep
+        message = rep["message"]
+        assert "did not complete within 6 s" in message, rep
+        mine, other = ("allreduce", "allgather") if rep["rank"] == 3 else ("allgather", "allreduce")
+        assert re.search(rf"'{mine}(\.noname\.\d+)?' on ranks \[0, 1, 2, 3\]", message), rep
+        if rep["rank"] == 3:
+            assert "ranks [0, 1, 2] did not reach it" in message, rep
+            assert f"rank 0 waits in '{other}" in message, rep
+        else:
+            assert f"rank 3 did not reach it (rank 3 waits in '{other}" in message, rep

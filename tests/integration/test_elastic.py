@@ -116,6 +116,66 @@ def test_rank_0_lost_leaves_survivors_that_finish_with_one_model(tmp_path, flags
         assert len({rep["model"] for rep in reports}) == 1
 
 
+def test_the_lone_survivor_goes_on_with_the_options_adapted_to_a_world_of_one(tmp_path):
+    """``-np 2 --min-np 1`` under the flag with the default options (groups of 2): horovodrun
+    warns before the start that a world of 1 runs other options; the worker on
+    ``127.0.0.1`` dies at step 12, and the one on ``localhost`` resets into a world of 1,
+    where rank 0 warns once how the options were adapted (``allreduce``: the world, itself
+    alone) and takes the 40 steps averaging with nobody. Before, every reset failed in
+    ``init`` with "group_size: 2 is larger than the world size 1" and the job ended, where
+    stock Horovod goes on."""
+    job = run_ranks(
+        "elastic_torch.py",
+        tmp_path,
+        launcher=[
+            str(BIN / "horovodrun"),
+            "--gloo",
+            "-np",
+            "2",
+            "--min-np",
+            "1",
+            "-H",
+            "localhost:1,127.0.0.1:1",
+        ],
+        launcher_flags=("--prague",),
+        env=KILL,
+        timeout=240,
+    ).check()
+    [rep] = job.reports
+    assert rep["host"] == "localhost" and rep["sizes"] == [2, 1] and rep["resets"] == [1], rep
+    assert rep["step"] == 40, rep
+    stats = rep["stats"]  # the world of 1's: every step alone
+    assert stats["averaged"] == 0 and stats["alone"] == stats["steps"] > 0, stats
+    assert job.output.count("horovodrun: warning: the Prague options do not fit every") == 1
+    assert "  1 rank: strategy='allreduce' instead of 'smart'" in job.output
+    adapted = "OptionsAdapted: Prague's options do not fit a world of 1 rank, which runs with"
+    assert job.output.count(adapted) == 1, job.output[-3000:]
+
+
+def test_survivors_average_in_groups_of_their_world_where_the_group_size_is_larger(tmp_path):
+    """``-np 4 --min-np 2 --prague-group-size 4``: the worker on ``127.0.0.1`` dies at step 12
+    and the two on ``localhost`` reset into a world of 2, which averages in groups of 2 (rank
+    0 warns once); they take the 40 steps in groups and end with one model. Before, every
+    reset failed with "group_size: 4 is larger than the world size 2"."""
+    job = run_ranks(
+        "elastic_torch.py",
+        tmp_path,
+        launcher=ELASTIC,
+        launcher_flags=("--prague", "--prague-group-size", "4"),
+        env=KILL,
+        timeout=240,
+    ).check()
+    reports = job.reports
+    assert [rep["rank"] for rep in reports] == [0, 1], job.output[-3000:]
+    for rep in reports:
+        assert rep["sizes"] == [4, 2] and rep["resets"] == [2] and rep["step"] == 40, rep
+        assert rep["stats"]["averaged"] + rep["stats"]["owed"] >= 1, rep
+    assert len({rep["model"] for rep in reports}) == 1
+    assert "  2 ranks: group_size=2 instead of 4" in job.output
+    adapted = "Prague's options do not fit a world of 2 ranks, which runs with group_size=2 instead"
+    assert job.output.count(adapted) == 1, job.output[-3000:]
+
+
 def _discovered_job(
     tmp_path, flags, hosts_before: str, hosts_after: str, np: int, script="elastic_torch.py"
 ):

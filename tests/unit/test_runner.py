@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from horovod_prague import runner
+from horovod_prague.common.adapt import adapt_to_world
 from horovod_prague.common.config import ENV_PREFIX, PragueConfig
 from horovod_prague.common.topology import NODES_VAR
 
@@ -90,6 +91,36 @@ def test_a_strategy_typo_is_not_taken_for_the_command():
     parser = _with_command(_parser())
     with pytest.raises(SystemExit):
         parser.parse_args(["-np", "4", "--prague", "smrt", "python3", "train.py"])
+
+
+SCRIPT = ["python3", "train.py", "--prague", "data.txt", "--prague-group-size", "--prague"]
+"""A command whose script has options of its own named like the launcher's."""
+
+
+@pytest.mark.parametrize(
+    ("launcher", "strategy"),
+    [
+        (["-np", "2", "--prague"], PragueConfig().strategy),  # the last flag before the command
+        (["--prague", "-np", "2"], PragueConfig().strategy),
+        (["-np", "2", "--prague=static"], "static"),
+        (["-np", "2", "--prague", "static"], "static"),
+        (["-np", "2"], None),  # switched on by HOROVOD_PRAGUE_STRATEGY, or not at all
+        (["-np", "2", "-H", "localhost:2", "--prague-seed", "3", "--prague"], "smart"),
+        (["-np=2", "-Hlocalhost:2", "--prague-group", "2", "--prague"], "smart"),  # abbreviated
+    ],
+)
+def test_the_command_keeps_its_own_arguments(tmp_path, monkeypatch, launcher, strategy):
+    """Only a bare ``--prague`` among the launcher's arguments gets the default strategy: the
+    script's arguments reach it unchanged, even those named like Prague's flags."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.txt").write_text("x")  # a file: a bare --prague before it looks bare
+    (tmp_path / "train.py").write_text("")
+    parser = _with_command(_parser())
+    args = parser.parse_args([*launcher, *SCRIPT])
+    runner.check_args(parser, args, {"HOROVOD_PRAGUE_STRATEGY": "smart"})
+    assert args.command == SCRIPT
+    assert args.prague_strategy == strategy
+    assert args.prague_group_size == (2 if "--prague-group" in launcher else None)
 
 
 def test_without_the_flag_nothing_changes():
@@ -182,6 +213,21 @@ def _error(capsys, argv, env=None):
             {},
             "--prague-sync-every (HOROVOD_PRAGUE_SYNC_EVERY): must be >= 0",
         ),
+        *(
+            (
+                ["-np", "4", "--prague", "smart", "--prague-timeout", seconds],
+                {},
+                "--prague-timeout (HOROVOD_PRAGUE_TIMEOUT): must be a number of seconds above 0 "
+                f"and at most 604800 (a week), got {float(seconds)}",
+            )
+            for seconds in ("inf", "nan", "1e12", "0")
+        ),
+        (
+            ["-np", "4", "--prague", "smart"],
+            {"HOROVOD_PRAGUE_TIMEOUT": "inf"},
+            "--prague-timeout (HOROVOD_PRAGUE_TIMEOUT): must be a number of seconds above 0 "
+            "and at most 604800 (a week), got inf (from HOROVOD_PRAGUE_TIMEOUT='inf')",
+        ),
     ],
 )
 def test_bad_values_stop_horovodrun_with_the_flag_named(capsys, argv, env, message):
@@ -197,3 +243,80 @@ def test_the_variable_without_the_flag_and_without_the_hook_is_an_error(capsys, 
     monkeypatch.setattr(runner, "hook_installed", lambda: False)
     message = _error(capsys, ["-np", "4"], {"HOROVOD_PRAGUE_STRATEGY": "smart"})
     assert "HOROVOD_PRAGUE_STRATEGY: horovod-prague's import hook is not installed" in message
+
+
+def _parser_with_elastic():
+    parser = _parser()
+    parser.add_argument("--min-np", dest="min_num_proc", type=int)
+    parser.add_argument("--max-np", dest="max_num_proc", type=int)
+    parser.add_argument("--host-discovery-script", dest="host_discovery_script")
+    return parser
+
+
+def _elastic_check(capsys, argv):
+    parser = _parser_with_elastic()
+    runner.check_args(parser, parser.parse_args(argv), {})
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "checked", "adapted_sizes"),
+    [
+        (["-np", "2", "--min-np", "1", "--prague"], "1 to 2", [1]),
+        (
+            ["-np", "4", "--min-np", "2", "--prague", "smart", "--prague-group-size", "4"],
+            "2 to 4",
+            [2, 3],
+        ),
+        (["-np", "4", "--min-np", "3", "--prague", "static"], "3 to 4", [3]),
+        (
+            ["-np", "4", "--min-np", "4", "--max-np", "6", "--prague", "static"],
+            "4 to 6",
+            [5],  # a world that grows: 5 ranks are no multiple of 2; 6 are
+        ),
+        (
+            ["-np", "4", "--host-discovery-script", "d.sh", "--max-np", "7", "--prague", "static"],
+            "4 to 7",  # elastic without --min-np, which is then -np
+            [5, 7],
+        ),
+    ],
+)
+def test_an_elastic_job_hears_before_it_starts_how_its_workers_will_adapt_the_options(
+    capsys, argv, checked, adapted_sizes
+):
+    """``--min-np`` and ``--max-np`` allow worlds the options do not fit: horovodrun warns,
+    naming each size and the options its workers will run with there, which are what every
+    worker of that world computes (``adapt_to_world``)."""
+    err = _elastic_check(capsys, argv)
+    assert err.startswith(
+        "horovodrun: warning: the Prague options do not fit every world this elastic job may "
+        f"run in ({checked} ranks); in those, every worker runs with options adapted"
+    )
+    config = PragueConfig.from_sources(runner.given(_parser_with_elastic().parse_args(argv)), {})
+    listed = [line for line in err.splitlines() if line.startswith("  ")]
+    expected = []
+    for size in adapted_sizes:
+        adapted = adapt_to_world(config, size)
+        rank_s = "rank" if size == 1 else "ranks"
+        expected.append(f"  {size} {rank_s}: {adapted.changes()} ({'; '.join(adapted.reasons)})")
+    assert listed == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-np", "4", "--min-np", "2", "--prague"],
+        ["-np", "4", "--min-np", "2", "--prague", "adpsgd"],
+        ["-np", "2", "--prague"],  # not elastic
+    ],
+)
+def test_options_that_fit_every_elastic_world_start_without_a_warning(capsys, argv):
+    assert _elastic_check(capsys, argv) == ""
+
+
+def test_an_elastic_job_still_stops_on_options_that_do_not_fit_its_np(capsys):
+    parser = _parser_with_elastic()
+    args = parser.parse_args(["-np", "2", "--min-np", "1", "--prague-group-size", "4", "--prague"])
+    with pytest.raises(SystemExit):
+        runner.check_args(parser, args, {})
+    assert "a group of 4 ranks cannot form in a job of 2" in capsys.readouterr().err

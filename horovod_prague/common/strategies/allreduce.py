@@ -19,6 +19,15 @@ from .divisions import Group
 class AllreduceStrategy(GroupStrategy):
     name = "allreduce"
 
+    @classmethod
+    def auto_group_size(cls, size: int) -> int:
+        """The world: its one group, a lone rank in a world of 1.
+
+        >>> AllreduceStrategy.auto_group_size(1), AllreduceStrategy.auto_group_size(16)
+        (1, 16)
+        """
+        return size
+
     def groups(self) -> tuple[Group, ...]:
         return ()
 
