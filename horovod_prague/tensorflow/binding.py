@@ -162,11 +162,16 @@ class TensorflowBinding(Binding):
 
         @functools.wraps(collective)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            bound = signature.bind_partial(*args, **kwargs).arguments
+            call = signature.bind_partial(*args, **kwargs)
+            bound = call.arguments
             process_set = bound.get("process_set")
-            if process_set is not None and process_set.process_set_id != global_id:
+            is_global = process_set is None or process_set.process_set_id == global_id
+            before = run_eagerly(self._consensus_first, self.tracked) if is_global else None
+            if not tf.executing_eagerly():
+                _unfoldable_inputs(call, before)
+                args, kwargs = call.args, call.kwargs
+            if not is_global:
                 return self._with_deadline(collective, args, kwargs, bound, process_set)
-            before = run_eagerly(self._consensus_first, self.tracked)
             with tf.control_dependencies([] if before is None else [before]):
                 result = self._with_deadline(collective, args, kwargs, bound, process_set)
             _chain_after(result)
@@ -416,6 +421,54 @@ def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) 
         op = tf.py_function(call, inp=handles, Tout=tf.int32)
     setattr(graph, STAGED, _Staged(op, handles))
     return op
+
+
+COLLECTIVE_INPUTS = ("tensor", "tensors", "splits")
+"""The arguments of Horovod's TensorFlow collectives that hold the tensors they send."""
+
+
+def _unfoldable_inputs(call: inspect.BoundArguments, after: tf.Tensor | None) -> None:
+    """In a traced graph, pass each input of a collective that Grappler could fold through a
+    ``tf.py_function`` that runs after ``after`` (the staged consensus), in ``call``.
+
+    Horovod's ops are not stateful, so Grappler's constant folding runs one whose inputs are
+    all constants (``hvd.allgather(tf.fill([n, 2], 1.0))``) while it optimizes the function,
+    at its first call, before any op of the graph: outside the order of the rank's program
+    and before the staged consensus. A rank could then wait in a global collective while a
+    partner waits for it in a group average, until the timeout. A ``tf.py_function`` is
+    stateful: it is never folded, and the collective behind it runs where the script put it.
+    """
+    for key in COLLECTIVE_INPUTS:
+        if call.arguments.get(key) is not None:
+            call.arguments[key] = tf.nest.map_structure(
+                lambda t: _pass_through(t, after) if _foldable(t) else t, call.arguments[key]
+            )
+
+
+def _foldable(value: Any) -> bool:
+    """Whether ``value`` is a graph tensor computed from constants alone: no placeholder (a
+    function's argument), variable or stateful op among the ops it depends on."""
+    if not tf.is_symbolic_tensor(value):
+        return False
+    seen: set[str] = set()
+    todo = [value.op]
+    while todo:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in ("Placeholder", "VarHandleOp") or op.op_def.is_stateful:
+            return False
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return True
+
+
+def _pass_through(t: tf.Tensor, after: tf.Tensor | None) -> tf.Tensor:
+    with tf.control_dependencies([] if after is None else [after]):
+        out = tf.py_function(lambda x: x, inp=[t], Tout=t.dtype)
+    out.set_shape(t.shape)
+    return out
 
 
 def _current_device() -> str:

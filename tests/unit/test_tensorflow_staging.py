@@ -39,3 +39,47 @@ def test_staged_calls_run_in_program_order_after_the_updates_before_them():
     assert len(staged) == 2
     assert staged[0] in staged[1].control_inputs
     assert len(staged[1].inputs) >= len(staged[0].inputs)
+
+
+def test_a_collectives_constant_inputs_are_passed_through_the_staged_consensus():
+    """Grappler folds an op whose inputs are all constants by running it while it optimizes
+    the function; a Horovod collective so folded would run before the staged consensus, out
+    of the rank's program order. Such inputs go through a stateful py_function after it."""
+    import inspect
+
+    def collective(tensor, name=None, process_set=None):  # Horovod's argument names
+        return tf.identity(tensor)
+
+    v = tf.Variable([1.0, 2.0])
+    seen: dict[str, object] = {}
+
+    @tf.function
+    def f(x):
+        after = binding.run_eagerly(lambda: None, lambda: [])
+        inputs = {
+            "constant": tf.fill([2, 2], 3.0),
+            "argument": tf.reshape(x, [1]),
+            "variable": v.read_value(),
+        }
+        results = {}
+        for key, t in inputs.items():
+            call = inspect.signature(collective).bind(t)
+            binding._unfoldable_inputs(call, after)
+            seen[key] = (t, call.arguments["tensor"], after)
+            results[key] = collective(*call.args, **call.kwargs)
+        return results
+
+    out = f(tf.constant(5.0))
+    assert out["constant"].numpy().tolist() == [[3.0, 3.0], [3.0, 3.0]]
+    assert out["argument"].numpy().tolist() == [5.0]
+    assert out["variable"].numpy().tolist() == [1.0, 2.0]
+    original, passed, after = seen["constant"]
+    assert binding._foldable(original)
+    assert passed is not original and passed.op.type == "EagerPyFunc"
+    assert after.op in passed.op.control_inputs
+    assert passed.shape == original.shape
+    assert not binding._foldable(passed)
+    for key in ("argument", "variable"):
+        original, passed, _ = seen[key]
+        assert not binding._foldable(original)
+        assert passed is original
