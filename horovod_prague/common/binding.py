@@ -34,9 +34,10 @@ from .overlap import (
     awaiting,
     wait_until,
 )
+from .process_sets import PRAGUE_PREFIX
 from .protocol import CoordinatorTimeout
 from .runtime import PragueRuntime, elastic, initialize
-from .script_collectives import PRAGUE_PREFIX, Started, not_reached
+from .script_collectives import Started, not_reached
 from .strategies import Group
 
 T = TypeVar("T")
@@ -445,7 +446,7 @@ class Binding(abc.ABC):
         """Remember the script's collective ``name`` on ``process_set`` (by its ``handle``),
         for the deadline of the wait for it (``wait_for_script_collective``)."""
         rt = self._runtime
-        if rt is None or name is None or name.startswith(PRAGUE_PREFIX):
+        if rt is None or name is None:
             return
         rt.script_collectives.started(handle, name, _ranks_of(rt, process_set))
 
@@ -508,9 +509,7 @@ class Binding(abc.ABC):
         silence = stats.get("silence") or [0.0] * rt.topology.size
         return not_reached(started, rt.rank, collectives, silence)
 
-    def _late_script_collective(
-        self, started: Started, timeout: float, earlier: list[str]
-    ) -> str:
+    def _late_script_collective(self, started: Started, timeout: float, earlier: list[str]) -> str:
         """What a script's collective that missed its deadline says (``earlier``: who had
         not reached it half way)."""
         try:
@@ -520,8 +519,7 @@ class Binding(abc.ABC):
                 f"{earlier[0]}, half way through the wait (the Group Generator did not answer "
                 f"at its end: {e})"
                 if earlier
-                else f"the Group Generator did not answer ({e}), so who did not reach it is "
-                "unknown"
+                else f"the Group Generator did not answer ({e}), so who did not reach it is unknown"
             )
         return (
             f"Horovod collective {started.name!r} on ranks {list(started.ranks)} did not "
@@ -664,7 +662,7 @@ class Binding(abc.ABC):
         with awaiting(rt.world, self._report_waiting):
             self.average(
                 self._world_tensors(values),
-                f"prague.final.{rt.finals}",
+                f"{PRAGUE_PREFIX}final.{rt.finals}",
                 self.hvd.global_process_set,
                 rt.topology.size,
                 self._overlap(),

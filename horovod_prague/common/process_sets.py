@@ -21,6 +21,10 @@ from typing import Any
 
 from .strategies import Group
 
+PRAGUE_PREFIX = "prague."
+"""Every Horovod collective Prague itself issues has a name that begins so; a script's
+collectives, which have no such name, are the ones ``script_collectives`` records."""
+
 DYNAMIC_SETS_VAR = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
 
@@ -163,4 +167,4 @@ def collective_name(group: Group, size: int) -> str:
     to the next, which lets Horovod's response cache serve it.
     """
     key = "world" if len(group) == size else "-".join(map(str, group))
-    return f"prague.{key}"
+    return f"{PRAGUE_PREFIX}{key}"

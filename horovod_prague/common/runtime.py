@@ -28,7 +28,7 @@ from .agreement import check_before_init
 from .config import PragueConfig
 from .coordinator import GroupGeneratorClient, GroupGeneratorServer
 from .group_generator import GroupGenerator, Owed
-from .process_sets import DYNAMIC_SETS_VAR, ProcessSetPool, collective_name
+from .process_sets import DYNAMIC_SETS_VAR, PRAGUE_PREFIX, ProcessSetPool, collective_name
 from .protocol import new_token
 from .script_collectives import ScriptCollectives
 from .strategies import Group, GroupStrategy, make_strategy
@@ -143,7 +143,7 @@ class PragueRuntime:
             client.hello(config.fingerprint())
         except (OSError, RuntimeError) as e:
             problem = str(e)
-        problems = [p for p in hvd.allgather_object(problem, name="prague.connect") if p]
+        problems = [p for p in hvd.allgather_object(problem, name=f"{PRAGUE_PREFIX}connect") if p]
         if problems:
             if client is not None:
                 client.close()
@@ -331,7 +331,7 @@ def _agree_and_lay_out(
     host = os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname()
     mine = config.agreed()
     where = (hvd.rank() - hvd.local_rank(), hvd.local_size(), host)
-    everyone = hvd.allgather_object((mine, where, offer), name="prague.start")
+    everyone = hvd.allgather_object((mine, where, offer), name=f"{PRAGUE_PREFIX}start")
     for other_rank, (theirs, _, _) in enumerate(everyone):
         differing = sorted(k for k in mine if theirs.get(k) != mine[k])
         if differing:

@@ -29,11 +29,8 @@ import collections
 import threading
 from typing import Any, NamedTuple
 
+from .process_sets import PRAGUE_PREFIX
 from .strategies import Group
-
-PRAGUE_PREFIX = "prague."
-"""Prague's own collectives' names begin so (``process_sets.collective_name``); they have
-deadlines of their own and are not recorded here."""
 
 
 class Started(NamedTuple):
