@@ -832,26 +832,49 @@ class Binding(abc.ABC):
             return
         self.average_model(self.tracked())
 
+    @_naming_the_stopped_rank
+    def settle(self, process_set: Any) -> None:
+        """Before the script's collective on ``process_set``, a set of some ranks: run what
+        this rank owes (``GroupGenerator.settle``), held until every member has, so that no
+        member waits in a group for one in the collective. Does nothing before any Prague
+        step, after ``finish``, or where this rank is not a member (Horovod's error then)."""
+        rt = self._runtime
+        if rt is None or rt.finished or not (self._tracked or self._last_exchanged):
+            return
+        members = _ranks_of(rt, process_set)
+        if rt.rank not in members:
+            return
+        values = self.tensors(self.tracked())
+        self.drain()
+        self._run_owed(values, rt.settle(members))
+
+    def before_collective(self, process_set: Any) -> None:
+        """What a script's collective on ``process_set`` (None: the global one) needs first:
+        a consensus on the global set, a settle on a set of some ranks."""
+        if self._runtime is None:
+            return
+        self.runtime()  # every rank starts Prague before its first collective
+        if process_set is None or process_set.process_set_id == 0:  # Horovod's global set
+            self.consensus()
+        else:
+            self.settle(process_set)
+
     def guard(self, collective: Callable[..., Any]) -> Callable[..., Any]:
-        """``collective``, preceded by ``consensus()`` when it runs on the global process set.
+        """``collective``, preceded by ``before_collective``: a consensus when it runs on the
+        global process set, a settle of its members on a set of some ranks.
 
         A global collective waits for every rank; a rank that still owes a group would wait in
         it for a rank waiting in the collective. Consensus first runs the owed groups, and
         leaves every rank with the same model, so a checkpoint written after any global
-        collective (metric averaging, a broadcast) holds the consensus model.
+        collective (metric averaging, a broadcast) holds the consensus model. A settle does
+        the same for the members of a smaller set, without a world average.
         """
         signature = inspect.signature(collective)
-        global_id = self.hvd.global_process_set.process_set_id
 
         @functools.wraps(collective)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            if self._runtime is not None:
-                self.runtime()  # every rank starts Prague before its first collective
-            if self._exchanges_since_consensus:
-                bound = signature.bind_partial(*args, **kwargs).arguments
-                process_set = bound.get("process_set")
-                if process_set is None or process_set.process_set_id == global_id:
-                    self.consensus()
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            self.before_collective(bound.get("process_set"))
             return collective(*args, **kwargs)
 
         return guarded

@@ -373,6 +373,11 @@ class GroupGeneratorServer:
                 raise _Refused(f"'sync' must be a positive integer, got {sync_id!r}")
             owed = gg.sync(conn.rank, sync_id)
             return _owed_reply(owed)
+        if op == "settle":
+            members = message.get("members")
+            if not isinstance(members, list) or len(members) > gg.size:
+                raise _Refused(f"'members' must be a list of ranks, got {members!r:.80}")
+            return _owed_reply(gg.settle(conn.rank, tuple(members)))
         if op == "finish":
             return _owed_reply(gg.finish(conn.rank))
         if op == "rejoin":
@@ -631,6 +636,9 @@ class GroupGeneratorClient:
 
     def sync(self, sync_id: int) -> Owed:
         return _owed(self.request("sync", sync=sync_id))
+
+    def settle(self, members: Group) -> Owed:
+        return _owed(self.request("settle", members=list(members)))
 
     def finish(self) -> Owed:
         return _owed(self.request("finish"))

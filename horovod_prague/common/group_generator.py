@@ -11,6 +11,12 @@ in the world group (or in the script's own global collective after it). Once eve
 reached the sync (or finished), all are active again: a rank that asks for a group then has
 passed the world group, and every global collective the others may still be in.
 
+A script's collective on a process set of some ranks (a *settle*) is the same barrier for the
+set's members alone: a member that reaches it takes its buffer, to run before the collective,
+and is *held* (no group formed contains it; its steps until then take no group) until every
+member has reached it (or finished). The collective then sits in the one global order like a
+group made at that moment, so no cycle of waits can form through it either.
+
 The periodic global average (``sync_every``) is no sync: it is the world group, which the
 generator appends to every buffer as an ordinary group (``WorldGroup``) when some rank's
 request count first reaches a new multiple of ``sync_every``. It then sits in one global
@@ -90,6 +96,13 @@ class GroupGenerator:
         self.waiting: list[Group | None] = [None] * size
         # The script's collective each rank said it has waited in for long, by name, if any.
         self.collectives: list[str | None] = [None] * size
+        # Settles: each rank's count per set of members, the members that reached each
+        # settle not yet complete, keyed (members, count), and the ranks held there.
+        self.settles: list[collections.Counter[Group]] = [
+            collections.Counter() for _ in range(size)
+        ]
+        self.gathering: dict[tuple[Group, int], set[int]] = {}
+        self.held: dict[int, set[tuple[Group, int]]] = {}
         self._lock = threading.Lock()
 
     def next_group(self, rank: int) -> Group:
@@ -101,6 +114,8 @@ class GroupGenerator:
             self.paused.discard(rank)
             self.counts[rank] += 1
             self._periodic_world_group(rank)
+            if rank in self.held:  # no group may wait for a rank held at a settle
+                return (rank,)
             if not self.buffers[rank]:
                 self._generate(rank)
             if not self.buffers[rank]:
@@ -133,6 +148,59 @@ class GroupGenerator:
             self._arrive(sync_id, rank)
             return Owed(groups, 1 if self.syncs[sync_id] else 0)
 
+    def settle(self, rank: int, members: Group) -> Owed:
+        """What ``rank`` must run before the script's next collective over ``members``, a
+        process set of some ranks with ``rank`` among them: the groups already decided for
+        it (no world average: the members' models need not agree for the script's collective).
+
+        Holds ``rank`` until every member has reached its settle of the same count over
+        ``members`` (or finished): no group formed meanwhile contains it, so no rank waits in
+        a group for a member waiting in the collective.
+        """
+        with self._lock:
+            self._check(rank)
+            members = self._members(rank, members)
+            if rank not in self.active:
+                raise ValueError(
+                    f"rank {rank} reached a settle over {list(members)} after it finished"
+                )
+            self.settles[rank][members] += 1
+            key = (members, self.settles[rank][members])
+            self.gathering.setdefault(key, set()).add(rank)
+            self.held.setdefault(rank, set()).add(key)
+            groups = list(self.buffers[rank])
+            self.buffers[rank].clear()
+            self._gather(key)
+            return Owed(groups, 0)
+
+    def _members(self, rank: int, members: Group) -> Group:
+        group = tuple(members)
+        if (
+            not all(isinstance(r, int) and not isinstance(r, bool) for r in group)
+            or len(group) < 2
+            or list(group) != sorted(set(group))
+            or rank not in group
+            or not 0 <= group[0] <= group[-1] < self.size
+        ):
+            raise ValueError(
+                f"{list(group)!r} is not a process set of rank {rank}: at least two distinct "
+                f"ranks in 0..{self.size - 1}, sorted, {rank} among them"
+            )
+        return group
+
+    def _gather(self, key: tuple[Group, int]) -> None:
+        """Release the members held at settle ``key`` once each has reached it or finished."""
+        members, _ = key
+        arrived = self.gathering[key]
+        if all(m in arrived or m not in self.active for m in members):
+            del self.gathering[key]
+            for m in members:
+                keys = self.held.get(m)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self.held[m]
+
     def finish(self, rank: int) -> Owed:
         """Mark ``rank`` finished and return what it must still run.
 
@@ -153,6 +221,9 @@ class GroupGenerator:
             ]
             for sync_id in missed:
                 self._arrive(sync_id, rank)
+            self.held.pop(rank, None)
+            for key in [k for k in self.gathering if rank in k[0]]:
+                self._gather(key)
             if self.arrived:  # the ranks paused at the latest sync no longer wait for this one
                 self._release(max(self.arrived))
             return Owed(groups, len(missed))
@@ -197,7 +268,7 @@ class GroupGenerator:
         if len(self.active) < self.size:
             self.world_rounds = rounds
             return
-        if self.paused:
+        if self.paused or self.held:
             return
         self.world_rounds = rounds
         world = WorldGroup(self.world)
@@ -205,7 +276,7 @@ class GroupGenerator:
             buffer.append(world)
 
     def _generate(self, requester: int) -> None:
-        active = frozenset(self.active - self.paused)
+        active = frozenset(self.active - self.paused - self.held.keys())
         backlog = [len(b) for b in self.buffers]
         groups = self.strategy.generate(requester, self.steps_since_consensus(), active, backlog)
         seen: set[int] = set()

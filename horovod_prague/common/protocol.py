@@ -1,4 +1,4 @@
-"""The wire protocol between ranks and the Group Generator (version 3).
+"""The wire protocol between ranks and the Group Generator (version 4).
 
 Each side opens with a greeting: ``PRGG``, the version byte, then a fresh 16-byte random
 nonce. Then frames: a 4-byte big-endian length, then that many bytes: the frame's 8-byte
@@ -28,7 +28,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-VERSION = 3
+VERSION = 4
 MAGIC = b"PRGG"
 NONCE_SIZE = 16
 GREETING_SIZE = len(MAGIC) + 1 + NONCE_SIZE
@@ -38,7 +38,7 @@ MAX_HELLO_FRAME = 4 * 1024
 """The largest frame length accepted before hello."""
 MAX_REPLY = 4 * 1024 * 1024
 """The largest frame length a client accepts: ``stats`` and ``sync`` replies grow with the job."""
-OPS = ("hello", "next", "sync", "finish", "rejoin", "waiting", "stats")
+OPS = ("hello", "next", "sync", "settle", "finish", "rejoin", "waiting", "stats")
 _LENGTH = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")
 _MAC_SIZE = 32

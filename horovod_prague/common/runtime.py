@@ -168,6 +168,11 @@ class PragueRuntime:
         self.syncs += 1
         return self.client.sync(self.syncs)
 
+    def settle(self, members: Group) -> Owed:
+        """What to run before the script's collective over ``members``, some ranks with this
+        one among them: the owed groups (``GroupGenerator.settle``)."""
+        return self.client.settle(members)
+
     def finish(self) -> Owed:
         """Leave: what is still owed to others, which the caller must run."""
         if self.finished:

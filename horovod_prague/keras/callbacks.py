@@ -21,7 +21,7 @@ class BroadcastGlobalVariablesCallback(_callbacks.BroadcastGlobalVariablesCallba
 
     def on_batch_end(self, batch: int, logs: Any = None) -> None:
         if not self.broadcast_done:
-            binding._consensus_first()
+            binding.flushed_before(None)
         super().on_batch_end(batch, logs)
 
 
@@ -29,5 +29,5 @@ class MetricAverageCallback(_callbacks.MetricAverageCallback):
     """Horovod's: average the epoch's metrics over all ranks."""
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        binding._consensus_first()
+        binding.flushed_before(None)
         super().on_epoch_end(epoch, logs)

@@ -152,26 +152,23 @@ class TensorflowBinding(Binding):
         super().finish(model_or_tensors, average)
 
     def guard(self, collective: Callable[..., Any]) -> Callable[..., Any]:
-        """``collective``, preceded by consensus when it runs on the global process set.
+        """``collective``, preceded by ``before_collective`` (a consensus on the global
+        process set, a settle on a set of some ranks).
 
-        As ``Binding.guard``; inside a ``tf.function`` the consensus is staged to run, at each
-        call, before the collective's ops.
+        As ``Binding.guard``; inside a ``tf.function`` it is staged to run, at each call,
+        before the collective's ops.
         """
         signature = inspect.signature(collective)
-        global_id = self.hvd.global_process_set.process_set_id
 
         @functools.wraps(collective)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             call = signature.bind_partial(*args, **kwargs)
             bound = call.arguments
             process_set = bound.get("process_set")
-            is_global = process_set is None or process_set.process_set_id == global_id
-            before = run_eagerly(self._consensus_first, self.tracked) if is_global else None
+            before = run_eagerly(lambda: self.flushed_before(process_set), self.tracked)
             if not tf.executing_eagerly():
                 _unfoldable_inputs(call, before)
                 args, kwargs = call.args, call.kwargs
-            if not is_global:
-                return self._with_deadline(collective, args, kwargs, bound, process_set)
             with tf.control_dependencies([] if before is None else [before]):
                 result = self._with_deadline(collective, args, kwargs, bound, process_set)
             _chain_after(result)
@@ -201,12 +198,13 @@ class TensorflowBinding(Binding):
         name = bound.get("name") or collective.__name__
         return self.run_script_collective(call, str(name), process_set)
 
-    def _consensus_first(self) -> None:
+    def flushed_before(self, process_set: Any) -> None:
+        """``before_collective``, after the steps this rank has staged are flushed."""
         if self._runtime is None:
             return
         self.runtime()  # every rank starts Prague before its first collective
         self.flush()
-        self.consensus()
+        self.before_collective(process_set)
 
 
 class _DtypePart:

@@ -27,7 +27,9 @@ A script's header (its first 30 lines) says what to expect, in comment lines
 - ``np=<n>`` (default 4), ``framework=torch|tensorflow|keras`` (default torch; informational),
   ``args=<extra horovodrun arguments>`` (split as a shell would; paths relative to this folder,
   where the jobs run; several ``args=`` lines add up; with ``--host-discovery-script`` the
-  test leaves out ``-H``, which Horovod refuses beside it).
+  test leaves out ``-H``, which Horovod refuses beside it); ``prague-args=<arguments>``, added
+  to the ``--prague`` run only (Prague's options, where a script is meant to meet a path the
+  defaults reach rarely).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ KEYS = (
     "np",
     "framework",
     "args",
+    "prague-args",
 )
 _KEY_AT = re.compile(r"(?:^|,)\s*(" + "|".join(re.escape(k) for k in KEYS) + r")\s*=")
 
@@ -81,6 +84,7 @@ class Header:
     np: int = 4
     framework: str = "torch"
     args: tuple[str, ...] = ()
+    prague_args: tuple[str, ...] = ()
 
     @property
     def expected_texts(self) -> list[str]:
@@ -111,7 +115,14 @@ def parse_header(text: str, where: str = "script") -> Header:
         for this, after in zip(starts, [*starts[1:], None], strict=True):
             key = this.group(1)
             # Free text (a reason, arguments) runs to the end of the line, commas included.
-            free = ("stock-fails", "prague-warns", "known-gap", "known-failure", "args")
+            free = (
+                "stock-fails",
+                "prague-warns",
+                "known-gap",
+                "known-failure",
+                "args",
+                "prague-args",
+            )
             end = None if key in free or after is None else after.start()
             value = body[this.end() : end].strip()
             # Several args= lines add up, so that long command lines fit the header.
@@ -129,6 +140,7 @@ def parse_header(text: str, where: str = "script") -> Header:
             np=int(found.get("np", 4)),
             framework=found.get("framework", "torch"),
             args=tuple(shlex.split(found.get("args", ""))),
+            prague_args=tuple(shlex.split(found.get("prague-args", ""))),
         )
     except ValueError as e:
         raise ValueError(f"{where}: a bad conformance value: {e}") from None
@@ -215,7 +227,7 @@ def run_script(script: Path, header: Header, tmp_path: Path, prague: bool) -> Ru
         str(header.np),
         *hosts,
         "--gloo",
-        *(["--prague"] if prague else []),
+        *(["--prague", *header.prague_args] if prague else []),
         *header.args,
         sys.executable,
         str(script.relative_to(HERE)),

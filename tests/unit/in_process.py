@@ -70,6 +70,9 @@ class InProcessRuntime:
         self.syncs += 1
         return self.gg.sync(self.rank, self.syncs)
 
+    def settle(self, members: Group) -> Owed:
+        return self.gg.settle(self.rank, members)
+
     def finish(self) -> Owed:
         if self.finished:
             return Owed([], 0)

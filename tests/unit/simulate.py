@@ -5,6 +5,9 @@ of that group has reached it. At the end a rank calls ``finish`` and must still 
 returned. ``order`` picks which runnable rank moves next, so tests can drive any interleaving.
 With ``collective_after_sync`` a rank that reached a sync then waits in a ``Barrier`` of all
 ranks, as a script's own global Horovod collective after it would (the drop-in's guard).
+With ``collectives_at`` the members of a process set wait in a ``Barrier`` of theirs after
+a given step, as a script's collective on that set would, after a ``settle`` (the guard's)
+unless ``settle`` is False.
 A deadlock (ranks left waiting and no group can complete) raises ``Deadlock``.
 
 ``simulate_overlapped`` does the same for the overlapped path (``horovod_prague.common.overlap``
@@ -55,10 +58,14 @@ def simulate(
     syncs_at: frozenset[int] = frozenset(),
     collective_after_sync: bool = False,
     joined: bool = False,
+    collectives_at: dict[int, Group] | None = None,
+    settle: bool = True,
 ) -> list[RankState]:
     """Drive ``gg`` until every rank is done; returns each rank's history. With ``joined``,
     a rank that is done takes part in every barrier, as a rank in Horovod's ``join`` does
-    in the script's collectives."""
+    in the script's collectives. ``collectives_at``: after its step k, each member of
+    ``collectives_at[k]`` waits in a barrier of those members."""
+    collectives_at = collectives_at or {}
     rng = random.Random(0)
     pick = pick or rng.choice
     ranks = [RankState(s) for s in steps]
@@ -85,6 +92,11 @@ def simulate(
                 s.pending.extend(to_run(gg.sync(r, sync_ids[r]), gg.world))
                 if collective_after_sync:
                     s.pending.append(Barrier(sync_ids[r], tuple(range(len(ranks)))))
+            members = collectives_at.get(done_steps[r], ())
+            if r in members:
+                if settle:
+                    s.pending.extend(to_run(gg.settle(r, members), gg.world))
+                s.pending.append(Barrier(-done_steps[r], members))
         elif not s.finished:
             s.finished = True
             owed = gg.finish(r)
