@@ -1,0 +1,53 @@
+"""Where an MLP with BatchNorm loses accuracy under --prague: each rank's own model against
+the model the job ends with, stock and --prague side by side, seed by seed.
+
+    .venv/bin/python benchmarks/parity_bn_mlp.py --ranks 8,16 --seeds 1,2,3
+
+Runs ``workers/bn_mlp.py`` (its docstring says what each column is) stock and with
+``--prague`` (plus ``--prague-args``), interleaved. Per row: the mean and lowest of the ranks'
+own accuracies, the final model's, the final model's with recalibrated BatchNorm statistics,
+and the training time (injected-delay model; with many ranks on few cores stock Horovod's
+spinning waits slow it too, so the time ratio is not a speed-up claim).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+
+from _launch import horovodrun
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="8,16")
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--base", type=float, default=0.05)
+    parser.add_argument("--prague-args", default="", help="options added to --prague")
+    parser.add_argument("--no-bn", action="store_true")
+    args = parser.parse_args()
+    worker_args = ["--steps", str(args.steps), "--base", str(args.base)]
+    worker_args += ["--no-bn"] if args.no_bn else []
+    systems = {"stock": (), "prague": ("--prague", *shlex.split(args.prague_args))}
+    print(
+        f"{'ranks':>5} {'seed':>4} {'system':>7} {'own mean':>8} {'own min':>8} "
+        f"{'final':>7} {'recal.':>7} {'seconds':>8}"
+    )
+    for np in (int(r) for r in args.ranks.split(",")):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            for name, flags in systems.items():
+                r = horovodrun(
+                    "bn_mlp.py", np, [*worker_args, "--seed", str(seed)], flags=flags, timeout=900
+                )
+                print(
+                    f"{np:>5} {seed:>4} {name:>7} {statistics.mean(r['own']):>8.4f} "
+                    f"{min(r['own']):>8.4f} {r['final']:>7.4f} {r['recalibrated']:>7.4f} "
+                    f"{r['seconds']:>8.1f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
