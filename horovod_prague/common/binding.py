@@ -836,13 +836,17 @@ class Binding(abc.ABC):
     def settle(self, process_set: Any) -> None:
         """Before the script's collective on ``process_set``, a set of some ranks: run what
         this rank owes (``GroupGenerator.settle``), held until every member has, so that no
-        member waits in a group for one in the collective. Does nothing before any Prague
-        step, after ``finish``, or where this rank is not a member (Horovod's error then)."""
+        member waits in a group for one in the collective. Does nothing before a model is
+        tracked, after ``finish``, on a set of one rank (no one to wait for),
+        or where this rank is not a member or the set is not registered (Horovod's error then).
+        """
         rt = self._runtime
         if rt is None or rt.finished or not (self._tracked or self._last_exchanged):
             return
+        if process_set.process_set_id is None or process_set.ranks is None:
+            return
         members = _ranks_of(rt, process_set)
-        if rt.rank not in members:
+        if len(members) < 2 or rt.rank not in members:
             return
         values = self.tensors(self.tracked())
         self.drain()

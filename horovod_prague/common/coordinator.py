@@ -403,6 +403,7 @@ class GroupGeneratorServer:
             "generations": gg.generations,
             "silence": gg.silence(),
             "waits": [None if w is None else list(w) for w in gg.waits()],
+            "held": gg.held_ranks(),
             "collectives": gg.waiting_in(),
             "lost": sorted(self.lost),
             "rejected": dict(self.rejected),
@@ -694,8 +695,16 @@ def _quiet_close(sock: socket.socket) -> None:
 
 
 def _owed_reply(owed: Owed) -> dict[str, Any]:
-    return {"groups": [list(g) for g in owed.groups], "syncs": owed.world_averages}
+    """``world``: the positions of the periodic world groups among ``groups``, which their
+    members run as a consensus (``WorldGroup``), as ``next`` says for one."""
+    return {
+        "groups": [list(g) for g in owed.groups],
+        "world": [i for i, g in enumerate(owed.groups) if isinstance(g, WorldGroup)],
+        "syncs": owed.world_averages,
+    }
 
 
 def _owed(reply: dict[str, Any]) -> Owed:
-    return Owed([tuple(g) for g in reply["groups"]], reply["syncs"])
+    world = set(reply.get("world", ()))
+    groups = [WorldGroup(g) if i in world else tuple(g) for i, g in enumerate(reply["groups"])]
+    return Owed(groups, reply["syncs"])

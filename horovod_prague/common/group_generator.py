@@ -23,7 +23,8 @@ request count first reaches a new multiple of ``sync_every``. It then sits in on
 order with every other group, so each rank meets it as a step (``next_group``) or as an owed
 group (``sync``, ``finish``) at the same place relative to its other groups, whatever the
 ranks' step counts. It is postponed while a rank is paused at a sync (that rank has taken its
-buffer and waits in the sync's world average) to the next request after the pause, and
+buffer and waits in the sync's world average) or held at a settle, to the next request after
+that, and
 skipped once a rank has finished (the final average of ``finish`` takes its place).
 
     >>> from horovod_prague.common.strategies import StaticStrategy
@@ -170,8 +171,15 @@ class GroupGenerator:
             self.held.setdefault(rank, set()).add(key)
             groups = list(self.buffers[rank])
             self.buffers[rank].clear()
+            if any(isinstance(g, WorldGroup) for g in groups):
+                self.counts_at_consensus[rank] = self.counts[rank]
             self._gather(key)
             return Owed(groups, 0)
+
+    def held_ranks(self) -> list[int]:
+        """The ranks held at a settle now."""
+        with self._lock:
+            return sorted(self.held)
 
     def _members(self, rank: int, members: Group) -> Group:
         group = tuple(members)
@@ -238,6 +246,9 @@ class GroupGenerator:
                 raise ValueError(f"rank {rank} asked to rejoin but it has not finished")
             self.active.add(rank)
             self.counts_at_consensus[rank] = self.counts[rank]
+            # Every rank has finished (Horovod's join) and rejoins before its next settle:
+            # all count settles afresh, alike.
+            self.settles[rank].clear()
             return max(self.syncs, default=0)
 
     def _arrive(self, sync_id: int, rank: int) -> None:

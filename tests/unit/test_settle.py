@@ -4,14 +4,17 @@ collective, whatever the interleaving."""
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from in_process import InProcessBinding, run_ranks
 from simulate import Deadlock, simulate
 from test_strategies import FAST, jobs
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.group_generator import GroupGenerator
+from horovod_prague.common.coordinator import _owed, _owed_reply
+from horovod_prague.common.group_generator import GroupGenerator, WorldGroup
 from horovod_prague.common.strategies import StaticStrategy, make_strategy
 from horovod_prague.common.topology import Topology
 
@@ -60,8 +63,45 @@ def test_a_held_rank_takes_no_group_until_every_member_reached_the_settle():
     owed = gg.settle(1, (0, 1))  # rank 1 owes (0, 1), then is held
     assert owed.groups == [(0, 1)] and owed.world_averages == 0
     assert gg.next_group(1) == (1,)  # an async collective's next step: alone
-    assert all(1 not in g for g in [gg.next_group(2), gg.next_group(3)])
-    assert gg.settle(0, (0, 1)).groups == []  # every member reached it: both released
+    for rank in (2, 3):  # their buffers run dry: new generations leave rank 1 out
+        for _ in range(4):
+            assert 1 not in gg.next_group(rank)
+    assert gg.held_ranks() == [1]
+    owed = gg.settle(0, (0, 1))  # every member reached it: both released
+    assert owed.groups and all(1 not in g for g in owed.groups)  # made while 1 was held
+    assert not gg.held
+    assert gg.next_group(1) != (1,)  # released: in groups again
+
+
+def test_the_periodic_world_group_waits_while_a_rank_is_held():
+    """Appended while a member is held, the world group would wait for it in the collective."""
+    gg = GroupGenerator(StaticStrategy(Topology(4, 2), 2, 2, seed=0), sync_every=2)
+    gg.settle(0, (0, 1))
+    for _ in range(3):
+        for rank in (2, 3):
+            assert gg.next_group(rank) != tuple(range(4))
+    gg.settle(1, (0, 1))
+    assert tuple(range(4)) in [gg.next_group(2) for _ in range(2)]
+
+
+def test_a_world_group_owed_at_a_settle_stays_a_world_group():
+    gg = GroupGenerator(StaticStrategy(Topology(4, 2), 2, 2, seed=0), sync_every=1)
+    gg.next_group(0)  # appends the world group to every buffer
+    owed = gg.settle(1, (1, 2))
+    assert any(isinstance(g, WorldGroup) for g in owed.groups)
+    assert _owed(_owed_reply(owed)) == owed
+    assert [type(g) for g in _owed(_owed_reply(owed)).groups] == [type(g) for g in owed.groups]
+
+
+def test_settles_are_counted_afresh_after_a_join():
+    gg = GroupGenerator(StaticStrategy(Topology(4, 2), 2, 2, seed=0))
+    gg.settle(0, (0, 1))
+    for rank in range(4):  # rank 0 made one settle more before every rank joined
+        gg.finish(rank)
+    for rank in range(4):
+        gg.rejoin(rank)
+    gg.settle(0, (0, 1))
+    gg.settle(1, (0, 1))
     assert not gg.held
 
 
@@ -89,4 +129,31 @@ def test_a_settle_over_a_set_without_the_rank_or_malformed_is_refused(members):
     gg = GroupGenerator(StaticStrategy(Topology(4, 2), 2, 2, seed=0))
     with pytest.raises(ValueError, match="is not a process set of rank 0"):
         gg.settle(0, members)
+    assert not gg.held and not gg.gathering
+
+
+class _Set:
+    """What a Horovod process set shows: its id and ranks."""
+
+    def __init__(self, process_set_id: int | None, ranks: list[int]) -> None:
+        self.process_set_id, self.ranks = process_set_id, ranks
+
+
+def test_ranks_settle_before_their_sets_collectives_and_a_set_of_one_rank_needs_none():
+    """Four in-process ranks step, then each settles before a collective on its pair's set
+    and on a set of itself alone (Horovod allows one), as ``guard`` does."""
+    pairs = {0: [0, 1], 1: [0, 1], 2: [2, 3], 3: [2, 3]}
+
+    def script(rank: int, b: InProcessBinding) -> None:
+        w = np.array([float(rank)])
+        b.track(lambda: [w])
+        for _ in range(3):
+            b.exchange([w])
+            b.before_collective(_Set(7 + rank // 2, pairs[rank]))
+            b.before_collective(_Set(20 + rank, [rank]))
+            b.before_collective(_Set(None, pairs[rank]))  # removed: Horovod's error follows
+        b.finish([w])
+
+    gg = run_ranks(4, 0, script)
+    assert all(gg.settles[r] == {tuple(pairs[r]): 3} for r in range(4))
     assert not gg.held and not gg.gathering
