@@ -160,7 +160,7 @@ class GroupGenerator:
         """
         with self._lock:
             self._check(rank)
-            members = self._members(rank, members)
+            members = self._group_of(rank, members, "process set")
             if rank not in self.active:
                 raise ValueError(
                     f"rank {rank} reached a settle over {list(members)} after it finished"
@@ -181,20 +181,24 @@ class GroupGenerator:
         with self._lock:
             return sorted(self.held)
 
-    def _members(self, rank: int, members: Group) -> Group:
-        group = tuple(members)
+    def _group_of(self, rank: int, group: Group, what: str) -> Group:
+        """``group`` sorted, checked to be ``what`` (a group, a process set) of ``rank``: two
+        or more distinct ranks of the world, ``rank`` among them."""
+        ranks = tuple(group)
         if (
-            not all(isinstance(r, int) and not isinstance(r, bool) for r in group)
-            or len(group) < 2
-            or list(group) != sorted(set(group))
-            or rank not in group
-            or not 0 <= group[0] <= group[-1] < self.size
+            len(ranks) < 2
+            or len(set(ranks)) != len(ranks)
+            or rank not in ranks
+            or not all(
+                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < self.size
+                for r in ranks
+            )
         ):
             raise ValueError(
-                f"{list(group)!r} is not a process set of rank {rank}: at least two distinct "
-                f"ranks in 0..{self.size - 1}, sorted, {rank} among them"
+                f"{list(ranks)!r} is not a {what} of rank {rank}: distinct ranks in "
+                f"0..{self.size - 1}, at least two, {rank} among them"
             )
-        return group
+        return tuple(sorted(ranks))
 
     def _gather(self, key: tuple[Group, int]) -> None:
         """Release the members held at settle ``key`` once each has reached it or finished."""
@@ -334,18 +338,9 @@ class GroupGenerator:
         ``collective``, in the script's collective of that name over the ranks ``group``; it
         stays waiting until it next asks for anything."""
         self._check_rank(rank)
-        if (
-            len(group) < 2
-            or len(set(group)) != len(group)
-            or rank not in group
-            or not all(isinstance(r, int) and 0 <= r < self.size for r in group)
-        ):
-            raise ValueError(
-                f"{list(group)!r} is not a group of rank {rank}: distinct ranks in "
-                f"0..{self.size - 1}, at least two, {rank} among them"
-            )
+        group = self._group_of(rank, group, "group")
         with self._lock:
-            self.waiting[rank] = tuple(sorted(group))
+            self.waiting[rank] = group
             self.collectives[rank] = collective
 
     def waits(self) -> list[Group | None]:

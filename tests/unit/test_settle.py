@@ -124,7 +124,7 @@ def test_settles_are_counted_per_set_of_members():
     assert not gg.held
 
 
-@pytest.mark.parametrize("members", [(0,), (1, 2), (0, 0, 1), (1, 0), (0, 4), (0, True), [0, "1"]])
+@pytest.mark.parametrize("members", [(0,), (1, 2), (0, 0, 1), (0, 4), (0, True), [0, "1"]])
 def test_a_settle_over_a_set_without_the_rank_or_malformed_is_refused(members):
     gg = GroupGenerator(StaticStrategy(Topology(4, 2), 2, 2, seed=0))
     with pytest.raises(ValueError, match="is not a process set of rank 0"):
@@ -156,4 +156,11 @@ def test_ranks_settle_before_their_sets_collectives_and_a_set_of_one_rank_needs_
 
     gg = run_ranks(4, 0, script)
     assert all(gg.settles[r] == {tuple(pairs[r]): 3} for r in range(4))
+    assert not gg.held and not gg.gathering
+
+
+def test_a_settle_over_members_in_any_order_is_the_settle_over_the_sorted_set():
+    gg = GroupGenerator(StaticStrategy(Topology(4, 2), 2, 2, seed=0))
+    gg.settle(0, (1, 0))
+    gg.settle(1, [0, 1])
     assert not gg.held and not gg.gathering
