@@ -83,9 +83,14 @@ def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def _ranks_of(rt: PragueRuntime, process_set: Any) -> Group:
+def is_global(process_set: Any) -> bool:
+    """Whether ``process_set`` (None: the default) is Horovod's global process set."""
+    return process_set is None or process_set.process_set_id == 0
+
+
+def ranks_of(rt: PragueRuntime, process_set: Any) -> Group:
     """The ranks of a Horovod process set of ``rt``'s world (None: the global one)."""
-    if process_set is None or process_set.process_set_id == 0:  # Horovod's global set
+    if is_global(process_set):
         return rt.world
     return tuple(sorted(process_set.ranks))
 
@@ -448,7 +453,7 @@ class Binding(abc.ABC):
         rt = self._runtime
         if rt is None or name is None:
             return
-        rt.script_collectives.started(handle, name, _ranks_of(rt, process_set))
+        rt.script_collectives.started(handle, name, ranks_of(rt, process_set))
 
     def wait_for_script_collective(self, handle: int, ready: Callable[[], bool]) -> None:
         """Wait until ``ready()``: the completion of the script's collective of ``handle``.
@@ -477,7 +482,7 @@ class Binding(abc.ABC):
         rt = self._runtime
         if rt is None or not rt.started:
             return call()
-        started = Started(name, _ranks_of(rt, process_set))
+        started = Started(name, ranks_of(rt, process_set))
         running = BackgroundCall(call)
         self._wait_with_deadline(started, rt.config.timeout, running.result)
         return running.result(0.0, str)
@@ -845,7 +850,7 @@ class Binding(abc.ABC):
             return
         if process_set.process_set_id is None or process_set.ranks is None:
             return
-        members = _ranks_of(rt, process_set)
+        members = ranks_of(rt, process_set)
         if len(members) < 2 or rt.rank not in members:
             return
         values = self.tensors(self.tracked())
@@ -858,7 +863,7 @@ class Binding(abc.ABC):
         if self._runtime is None:
             return
         self.runtime()  # every rank starts Prague before its first collective
-        if process_set is None or process_set.process_set_id == 0:  # Horovod's global set
+        if is_global(process_set):
             self.consensus()
         else:
             self.settle(process_set)

@@ -164,7 +164,8 @@ def awaiting(group: Group, report: Callable[[Group], None]) -> Iterator[None]:
         _awaited.report = outer
 
 
-def _report_slow_wait() -> None:
+def report_slow_wait() -> None:
+    """Tell the Group Generator, as ``awaiting`` set up on this thread, that a wait is slow."""
     report = getattr(_awaited, "report", None)
     if report is not None:
         report()
@@ -298,7 +299,7 @@ def wait_until(ready: Callable[[], bool], timeout: float, late: Callable[[], str
         now = time.monotonic()
         if now > slow:  # reported once, also when the first look is already past the deadline
             slow = math.inf
-            _report_slow_wait()
+            report_slow_wait()
         if now > deadline:
             raise GroupWaitTimeout(late())
         time.sleep(delay)
@@ -339,7 +340,7 @@ class BackgroundCall(Generic[T]):
             deadline = time.monotonic() + timeout
             self._thread.join(SLOW_WAIT_SHARE * timeout)
             if self._thread.is_alive():
-                _report_slow_wait()
+                report_slow_wait()
                 self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
             raise GroupWaitTimeout(late())

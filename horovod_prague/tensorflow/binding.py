@@ -11,22 +11,28 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import horovod.tensorflow
 import tensorflow as tf
 
-from ..common.binding import Binding, distinct
+from ..common.binding import Binding, distinct, ranks_of
 from ..common.import_hook import originals
 from ..common.integer_sums import corrected, floor_mean, halves
 from ..common.overlap import (
     BackgroundCall,
+    GroupWaitTimeout,
     Overlap,
     PendingAverage,
     call_with_deadline,
     late_collective,
 )
+from ..common.script_collectives import Started
+from ..common.staged_deadlines import StagedDeadlines, Wait
 
 _hvd = originals(horovod.tensorflow)
 
@@ -56,6 +62,10 @@ class TensorflowBinding(Binding):
     def _new_job(self) -> None:
         super()._new_job()
         self._pending: list[tf.Variable] = []  # a reset drops the deferred step too
+        earlier: StagedDeadlines | None = getattr(self, "_deadlines", None)
+        if earlier is not None:
+            earlier.close()
+        self._deadlines = StagedDeadlines(self._wait_staged, self._overdue)
 
     def tensors(self, source: Any) -> list[tf.Variable]:
         if isinstance(source, tf.Variable):
@@ -153,10 +163,10 @@ class TensorflowBinding(Binding):
 
     def guard(self, collective: Callable[..., Any]) -> Callable[..., Any]:
         """``collective``, preceded by ``before_collective`` (a consensus on the global
-        process set, a settle on a set of some ranks).
+        process set, a settle on a set of some ranks), and waited for with the job's timeout.
 
-        As ``Binding.guard``; inside a ``tf.function`` it is staged to run, at each call,
-        before the collective's ops.
+        As ``Binding.guard``. Inside a ``tf.function`` it is staged to run, at each call,
+        before the collective's op, and the op is watched from beside (``StagedDeadlines``).
         """
         signature = inspect.signature(collective)
 
@@ -165,13 +175,16 @@ class TensorflowBinding(Binding):
             call = signature.bind_partial(*args, **kwargs)
             bound = call.arguments
             process_set = bound.get("process_set")
-            before = run_eagerly(lambda: self.flushed_before(process_set), self.tracked)
-            if not tf.executing_eagerly():
-                _unfoldable_inputs(call, before)
-                args, kwargs = call.args, call.kwargs
-            with tf.control_dependencies([] if before is None else [before]):
-                result = self._with_deadline(collective, args, kwargs, bound, process_set)
-            _chain_after(result)
+            if tf.executing_eagerly():
+                self.flushed_before(process_set)
+                return self._with_deadline(collective, args, kwargs, bound, process_set)
+            site = _Site(str(bound.get("name") or collective.__name__), process_set)
+            before = run_eagerly(lambda: self._before_staged(site), self.tracked)
+            _unfoldable_inputs(call, before)
+            with tf.control_dependencies([before]):
+                result = collective(*call.args, **call.kwargs)
+            site.name = _horovod_op_name(result) or site.name
+            site.watched = _chain_after(result, lambda: self._deadlines.end(site))
             return result
 
         return guarded
@@ -184,11 +197,8 @@ class TensorflowBinding(Binding):
         bound: dict[str, Any],
         process_set: Any,
     ) -> Any:
-        """A script's collective: run eagerly with the job's deadline
-        (``Binding.run_script_collective``), on the device the caller had chosen; staged into
-        a traced graph as it is."""
-        if not tf.executing_eagerly():
-            return collective(*args, **kwargs)
+        """A script's eager collective, run with the job's deadline
+        (``Binding.run_script_collective``), on the device the caller had chosen."""
         device = _current_device()
 
         def call() -> Any:
@@ -197,6 +207,34 @@ class TensorflowBinding(Binding):
 
         name = bound.get("name") or collective.__name__
         return self.run_script_collective(call, str(name), process_set)
+
+    def _before_staged(self, site: _Site) -> None:
+        """What runs before a staged collective: ``flushed_before``, then its watch begins."""
+        self.flushed_before(site.process_set)
+        rt = self._runtime
+        if site.watched and rt is not None and rt.started:
+            self._deadlines.begin(site, Started(site.name, ranks_of(rt, site.process_set)))
+
+    def _wait_staged(self, started: Started, wait: Wait) -> None:
+        self._wait_with_deadline(started, self.runtime().config.timeout, wait)
+
+    def _overdue(self, error: GroupWaitTimeout) -> None:
+        """A staged collective missed its deadline: say so, and shut Horovod down, which fails
+        the op here and, as every rank's Horovod follows a shutdown, on every rank. Where
+        Horovod cannot shut down within the timeout, the process exits."""
+        print(
+            f"horovod_prague: {error}. Shutting Horovod down, which ends it on every rank.",
+            file=sys.stderr,
+            flush=True,
+        )
+        stopping = threading.Thread(target=self.hvd.shutdown, name="prague-stop", daemon=True)
+        stopping.start()
+        stopping.join(self.runtime().config.timeout)
+        if stopping.is_alive():
+            print(
+                "horovod_prague: Horovod did not shut down; exiting.", file=sys.stderr, flush=True
+            )
+            os._exit(1)
 
     def flushed_before(self, process_set: Any) -> None:
         """``before_collective``, after the steps this rank has staged are flushed."""
@@ -476,23 +514,54 @@ def _current_device() -> str:
     return context.context().device_name or ""
 
 
-def _chain_after(result: Any) -> None:
-    """In a traced graph, order later staged Prague calls after ``result``'s ops as well.
+def _chain_after(result: Any, done: Callable[[], None]) -> bool:
+    """In a traced graph, stage ``done()`` after ``result``'s ops, and order later staged
+    Prague calls after it; whether it was staged (``result`` has ops).
 
     A guarded global collective must complete before the rank's next group average starts,
     as it does eagerly: otherwise a blocking average could hold the rank while its peers wait
     in the collective.
     """
-    if tf.executing_eagerly():
-        return
     graph = tf.compat.v1.get_default_graph()
     earlier: _Staged | None = getattr(graph, STAGED, None)
     ops = [x for x in tf.nest.flatten(result) if isinstance(x, tf.Tensor | tf.Operation)]
     if earlier is None or not ops:
-        return
+        return False
+
+    def call() -> tf.Tensor:
+        done()
+        return tf.constant(0)
+
     with tf.control_dependencies([earlier.op, *ops]):
-        link = tf.identity(earlier.op)
+        link = tf.py_function(call, inp=[], Tout=tf.int32)
     setattr(graph, STAGED, _Staged(link, earlier.handles))
+    return True
+
+
+class _Site:
+    """A guarded collective's place in a traced graph: its name (the name Horovod gives its
+    op) and process set. It is watched once its completion is staged (``_chain_after``)."""
+
+    def __init__(self, name: str, process_set: Any) -> None:
+        self.name = name
+        self.process_set = process_set
+        self.watched = False
+
+
+def _horovod_op_name(result: Any) -> str | None:
+    """The name of the Horovod op that computes ``result`` (Horovod names an unnamed
+    collective in a graph after its input, the same on every rank), searched for among the
+    few ops its collective function adds after it."""
+    todo = [x.op if isinstance(x, tf.Tensor) else x for x in tf.nest.flatten(result)]
+    todo = [op for op in todo if isinstance(op, tf.Operation)]
+    for _ in range(16):
+        if not todo:
+            return None
+        op = todo.pop(0)
+        if op.type.startswith("Horovod"):
+            return op.name
+        todo.extend(t.op for t in op.inputs)
+    return None
 
 
 binding = TensorflowBinding(_hvd)

@@ -156,6 +156,40 @@ def test_a_collective_one_rank_skips_ends_every_rank_naming_it(tmp_path, script)
     collective and the ranks that did not reach it, which the others told the Group
     Generator they wait in. PyTorch names an unnamed collective by its kind and count on the
     process set; TensorFlow's eager ops all share their kind's name, which Prague reports."""
+    job = _rank_3_skips(script, tmp_path)
+    for rep in job.reports:
+        assert rep["error"] == "GroupWaitTimeout", rep
+        message = rep["message"]
+        assert "did not complete within 6 s" in message, rep
+        mine, other = ("allreduce", "allgather") if rep["rank"] == 3 else ("allgather", "allreduce")
+        assert re.search(rf"'{mine}(\.noname\.\d+)?' on ranks \[0, 1, 2, 3\]", message), rep
+        if rep["rank"] == 3:
+            assert "ranks [0, 1, 2] did not reach it" in message, rep
+            assert f"rank 0 waits in '{other}" in message, rep
+        else:
+            assert f"rank 3 did not reach it (rank 3 waits in '{other}" in message, rep
+
+
+def test_a_collective_one_rank_skips_inside_tf_functions_ends_every_rank_naming_it(tmp_path):
+    """``tf_skipped_collective.py`` with its collectives inside ``tf.function``s, where each
+    is an op of a graph that no caller's thread can give up on. Every rank still ends within
+    the timeout (6 s): the rank whose watch on a collective runs out says which collective and
+    which ranks did not reach it, and shuts Horovod down, which fails the ops of every rank."""
+    job = _rank_3_skips("tf_function_skipped_collective.py", tmp_path)
+    for rep in job.reports:
+        assert "shut down" in rep["message"], rep
+    said = re.findall(r"horovod_prague: (.*did not complete within 6 s.*)", job.output)
+    assert said, job.output[-3000:]
+    gather = r"'HorovodAllgather_\w+' on ranks \[0, 1, 2, 3\]"
+    named = [s for s in said if re.search(gather, s)]
+    assert all("rank 3 did not reach it (rank 3 waits in 'HorovodAllreduce_" in s for s in named)
+    assert named or any("ranks [0, 1, 2] did not reach it" in s for s in said), said
+
+
+def _rank_3_skips(script: str, tmp_path):
+    """Run ``script`` (rank 3 skips a collective) on 4 ranks under ``--prague`` with a 6 s
+    timeout: it must fail, and every rank must have gathered 3 times, then met an error
+    within twice the timeout of the skip."""
     job = run_ranks(
         script,
         tmp_path,
@@ -168,14 +202,5 @@ def test_a_collective_one_rank_skips_ends_every_rank_naming_it(tmp_path, script)
     assert len(job.reports) == 4, job.output[-3000:]
     for rep in job.reports:
         assert rep["gathered"] == 3, rep
-        assert rep["error"] == "GroupWaitTimeout", rep
-        assert rep["after"] < 6.0 * 2, rep
-        message = rep["message"]
-        assert "did not complete within 6 s" in message, rep
-        mine, other = ("allreduce", "allgather") if rep["rank"] == 3 else ("allgather", "allreduce")
-        assert re.search(rf"'{mine}(\.noname\.\d+)?' on ranks \[0, 1, 2, 3\]", message), rep
-        if rep["rank"] == 3:
-            assert "ranks [0, 1, 2] did not reach it" in message, rep
-            assert f"rank 0 waits in '{other}" in message, rep
-        else:
-            assert f"rank 3 did not reach it (rank 3 waits in '{other}" in message, rep
+        assert rep["error"] is not None and rep["after"] < 6.0 * 2, rep
+    return job

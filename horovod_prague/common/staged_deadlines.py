@@ -1,0 +1,118 @@
+"""Deadlines for the script's collectives that a traced graph runs.
+
+Inside a ``tf.function`` a script's Horovod collective is an op of the graph: it waits inside
+TensorFlow's executor, where no caller's thread can give up on it. So it is watched from
+beside: a staged call marks it ``begin`` just before the op runs and ``end`` just after, and a
+watcher thread waits for the end with the job's timeout, as an eager collective is waited for
+(``Binding._wait_with_deadline``: the Group Generator learns half way what this rank waits
+in). A collective that misses its deadline is passed to ``overdue``, which ends it the only
+way an op can be ended from outside: by shutting Horovod down, which every rank's Horovod
+then follows.
+
+    >>> import threading
+    >>> said = []
+    >>> def wait_with_deadline(started, wait):
+    ...     wait(0.05, lambda: f"{started.name} did not complete")
+    >>> deadlines = StagedDeadlines(wait_with_deadline, lambda e: said.append(str(e)))
+    >>> done, late = object(), object()
+    >>> deadlines.begin(done, Started("allreduce.1", (0, 1)))
+    >>> deadlines.end(done)
+    >>> deadlines.begin(late, Started("allgather.2", (0, 1)))
+    >>> deadlines.join()
+    >>> said
+    ['allgather.2 did not complete']
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+
+from .overlap import SLOW_WAIT_SHARE, GroupWaitTimeout, report_slow_wait
+from .script_collectives import Started
+
+Wait = Callable[[float, Callable[[], str]], None]
+"""``wait(seconds, late)``: returns once the collective ended, or raises GroupWaitTimeout
+with ``late()`` when ``seconds`` have passed."""
+
+
+class StagedDeadlines:
+    """The staged collectives of one job in flight, each watched by a thread of its own.
+
+    ``wait_with_deadline(started, wait)`` waits for one with the job's timeout (raising
+    GroupWaitTimeout); ``overdue(error)`` is called, once per job, with the first that
+    misses it. ``close`` (at an elastic reset, which replaces the job) stops every watch
+    without calling ``overdue``.
+    """
+
+    def __init__(
+        self,
+        wait_with_deadline: Callable[[Started, Wait], None],
+        overdue: Callable[[GroupWaitTimeout], None],
+    ) -> None:
+        self._wait_with_deadline = wait_with_deadline
+        self._overdue = overdue
+        self._ends: dict[Hashable, threading.Event] = {}
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self._fired = False
+        self._lock = threading.Lock()
+
+    def begin(self, key: Hashable, started: Started) -> None:
+        """The staged collective ``key`` (one call site in a graph, which runs one call at a
+        time) is about to run; ``started`` names it."""
+        ended = threading.Event()
+        watch = threading.Thread(
+            target=self._watch, args=(started, ended), name="prague-deadline", daemon=True
+        )
+        with self._lock:
+            if self._closed:
+                return
+            earlier = self._ends.get(key)
+            if earlier is not None:  # its op failed, so its end never ran
+                earlier.set()
+            self._ends[key] = ended
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(watch)
+        watch.start()
+
+    def end(self, key: Hashable) -> None:
+        """The staged collective ``key`` has completed."""
+        with self._lock:
+            ended = self._ends.pop(key, None)
+        if ended is not None:
+            ended.set()
+
+    def close(self) -> None:
+        """Stop watching, without calling ``overdue``."""
+        with self._lock:
+            self._closed = True
+            ends, self._ends = list(self._ends.values()), {}
+        for ended in ends:
+            ended.set()
+
+    def join(self) -> None:
+        """Wait for the watches running now to finish (for tests)."""
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.join()
+
+    def _watch(self, started: Started, ended: threading.Event) -> None:
+        try:
+            self._wait_with_deadline(started, lambda seconds, late: _wait(ended, seconds, late))
+        except GroupWaitTimeout as e:
+            with self._lock:
+                fire = not self._closed and not self._fired and not ended.is_set()
+                self._fired = self._fired or fire
+            if fire:
+                self._overdue(e)
+
+
+def _wait(ended: threading.Event, seconds: float, late: Callable[[], str]) -> None:
+    """``Wait`` on ``ended``: reported as slow (``awaiting``) after ``SLOW_WAIT_SHARE``."""
+    if ended.wait(SLOW_WAIT_SHARE * seconds):
+        return
+    report_slow_wait()
+    if not ended.wait((1 - SLOW_WAIT_SHARE) * seconds):
+        raise GroupWaitTimeout(late())
