@@ -70,6 +70,9 @@ HELP = {
     "each group average's move of a parameter that its momentum buffer takes too, as if the "
     "move had been a step, so a rank's momentum stops pulling its model back toward its own "
     f"data; from 0 (off) to 1; auto: {MOMENTUM_CORRECTION}",
+    "epoch_consensus": "PyTorch: on, the end of each training epoch over a DistributedSampler "
+    "(or ElasticSampler) of every rank runs a global average first, so the script evaluates "
+    "one model on every rank; off",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
 }
@@ -90,6 +93,7 @@ class PragueConfig:
     timeout: float = 60.0
     weighting: str = "progress"
     momentum_correction: str = AUTO
+    epoch_consensus: str = "on"
     coordinator_addr: str = ""
     coordinator_port: int = 0
 
@@ -122,6 +126,8 @@ class PragueConfig:
         share = self._auto_or_number("momentum_correction", float, "a share from 0 to 1")
         if share is not None and not 0.0 <= share <= 1.0:
             raise ValueError(f"momentum_correction: must be in [0, 1], got {share}")
+        if self.epoch_consensus not in ("on", "off"):
+            raise ValueError(f"epoch_consensus: expected on or off, got {self.epoch_consensus!r}")
         if not 0 <= self.coordinator_port < 65536:
             raise ValueError(f"coordinator_port: must be in 0..65535, got {self.coordinator_port}")
 

@@ -190,8 +190,7 @@ class GroupGenerator:
             or len(set(ranks)) != len(ranks)
             or rank not in ranks
             or not all(
-                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < self.size
-                for r in ranks
+                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < self.size for r in ranks
             )
         ):
             raise ValueError(

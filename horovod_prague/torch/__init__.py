@@ -34,6 +34,7 @@ from ..common.import_hook import (
 from .binding import _hvd
 from .binding import binding as _binding
 from .binding import synchronize as synchronize
+from .epochs import end_epochs_with_consensus
 from .optimizer import DistributedOptimizer as DistributedOptimizer
 from .optimizer import broadcast_optimizer_state as _broadcast_optimizer_state
 
@@ -55,6 +56,7 @@ globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TORCH_GL
 broadcast_optimizer_state = _binding.guard(_broadcast_optimizer_state)
 globals().update({name: getattr(_binding, name) for name in PROCESS_SET_FUNCTIONS})
 patch_horovod(*TORCH_WAITING_MODULES)
+end_epochs_with_consensus(_binding)
 
 
 def join(device: int = -1) -> int:

@@ -194,3 +194,22 @@ def test_a_scripts_collectives_wait_without_spinning(tmp_path, controller):
     for name, (wall, cpu) in waiting["waits"].items():
         assert wall > 1.0, f"rank 0 did not wait in {name}: {wall:.2f} s"
         assert cpu < 0.2 * wall, f"rank 0 spun in {name}: {cpu:.2f} s of CPU in {wall:.2f} s"
+
+
+@pytest.mark.parametrize("option", ["on", "off"])
+def test_each_epoch_over_a_distributed_sampler_ends_with_one_model(tmp_path, option):
+    """A plain script in Horovod's examples' shape (epochs over a ``DistributedSampler``, a test
+    on every rank, the accuracy all-reduced; rank 0 alone also evaluates on its training part)
+    on 4 ranks with random slowdowns. Under ``--prague`` every rank leaves each epoch's loop
+    with the same model, BatchNorm statistics included, so the test evaluates one model, as in
+    stock Horovod; with ``--prague-epoch-consensus off`` the ranks' models differ there (each
+    evaluates its own) and are brought together by the accuracy's all-reduce after. Rank 0's
+    lone pass takes no step and runs no consensus (it would wait for the others for ever)."""
+    flags = ("--prague", "--prague-epoch-consensus", option)
+    job = run_ranks("epoch_end_models.py", tmp_path, launcher_flags=flags, timeout=300).check()
+    reports = job.reports
+    assert len(reports) == 4
+    assert len({rep["final"] for rep in reports}) == 1
+    assert len({tuple(rep["accuracies"]) for rep in reports}) == 1
+    epochs_alike = [len({rep["digests"][e] for rep in reports}) == 1 for e in range(3)]
+    assert epochs_alike == ([True] * 3 if option == "on" else [False] * 3), epochs_alike
