@@ -70,9 +70,9 @@ HELP = {
     "each group average's move of a parameter that its momentum buffer takes too, as if the "
     "move had been a step, so a rank's momentum stops pulling its model back toward its own "
     f"data; from 0 (off) to 1; auto: {MOMENTUM_CORRECTION}",
-    "epoch_consensus": "PyTorch: on, the end of each training epoch over a DistributedSampler "
-    "(or ElasticSampler) of every rank runs a global average first, so the script evaluates "
-    "one model on every rank; off",
+    "epoch_consensus": "on: the end of each training epoch runs a global average first, so "
+    "the script evaluates one model on every rank (PyTorch: a DataLoader's pass over a "
+    "DistributedSampler or ElasticSampler of every rank; Keras: fit's validation); off",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
 }

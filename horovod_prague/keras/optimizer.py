@@ -2,9 +2,10 @@
 
 The wrapped optimizer's ``apply_gradients`` (called by ``fit``'s traced train step) applies
 the rank's own gradients, then averages the variables with the group the Group Generator
-gives (``horovod_prague.tensorflow.optimizer``). ``fit`` itself ends with a consensus when the
-model's optimizer is one of these, so the model evaluated or saved after ``fit`` is the
-average of all ranks' (``install_fit_consensus``).
+gives (``horovod_prague.tensorflow.optimizer``). ``fit``'s validation starts, and ``fit``
+itself ends, with a consensus when the model's optimizer is one of these, so the model
+validated, evaluated or saved after ``fit`` is the average of all ranks'
+(``install_fit_consensus``).
 """
 
 from __future__ import annotations
@@ -53,21 +54,40 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
 
 
 def install_fit_consensus() -> None:
-    """Make ``tf_keras.Model.fit`` end with a consensus when its optimizer is Prague's.
+    """Make ``tf_keras.Model.fit`` end with a consensus when its optimizer is Prague's, and,
+    with ``epoch_consensus`` on, run one before each validation ``fit`` makes.
 
-    Every rank calls ``fit`` alike, so the consensus is collective like ``fit``'s own.
+    Every rank calls ``fit`` alike, so the consensus is collective like ``fit``'s own; so is
+    its validation, at the end of the same epochs on every rank, which then evaluates one
+    model on every rank, as stock Horovod's would.
     """
     fit = tf_keras.Model.fit
     if getattr(fit, "__prague__", False):
         return
+    evaluate = tf_keras.Model.evaluate
 
     @functools.wraps(fit)
     def fit_then_consensus(self: Any, *args: Any, **kwargs: Any) -> Any:
-        history = fit(self, *args, **kwargs)
+        self._prague_fitting = True
+        try:
+            history = fit(self, *args, **kwargs)
+        finally:
+            self._prague_fitting = False
         if isinstance(getattr(self, "optimizer", None), _PragueOptimizer):
             binding.flush()
             binding.consensus()
         return history
 
+    @functools.wraps(evaluate)
+    def consensus_then_evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if (
+            getattr(self, "_prague_fitting", False)
+            and isinstance(getattr(self, "optimizer", None), _PragueOptimizer)
+            and binding.config().epoch_consensus == "on"
+        ):
+            binding.flushed_before(None)
+        return evaluate(self, *args, **kwargs)
+
     fit_then_consensus.__prague__ = True  # type: ignore[attr-defined]
     tf_keras.Model.fit = fit_then_consensus
+    tf_keras.Model.evaluate = consensus_then_evaluate

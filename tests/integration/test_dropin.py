@@ -213,3 +213,21 @@ def test_each_epoch_over_a_distributed_sampler_ends_with_one_model(tmp_path, opt
     assert len({tuple(rep["accuracies"]) for rep in reports}) == 1
     epochs_alike = [len({rep["digests"][e] for rep in reports}) == 1 for e in range(3)]
     assert epochs_alike == ([True] * 3 if option == "on" else [False] * 3), epochs_alike
+
+
+@pytest.mark.parametrize("option", ["on", "off"])
+def test_each_validation_in_keras_fit_evaluates_one_model(tmp_path, option):
+    """``model.fit`` with validation data and Horovod's callbacks, 4 ranks with random
+    slowdowns: under ``--prague`` each epoch's validation begins with the same trainable weights
+    on every rank; with ``--prague-epoch-consensus off`` each rank validates its own. ``fit``
+    ends with one model either way. (BatchNorm's moving statistics stay each rank's own, as
+    with Horovod's Keras optimizer.)"""
+    flags = ("--prague", "--prague-epoch-consensus", option)
+    job = run_ranks(
+        "keras_epoch_end_models.py", tmp_path, launcher_flags=flags, timeout=300
+    ).check()
+    reports = job.reports
+    assert len(reports) == 4
+    assert len({rep["final"] for rep in reports}) == 1
+    epochs_alike = [len({rep["digests"][e] for rep in reports}) == 1 for e in range(3)]
+    assert epochs_alike == ([True] * 3 if option == "on" else [False] * 3), epochs_alike
