@@ -7,7 +7,8 @@ Runs ``workers/bn_mlp.py`` (its docstring says what each column is) stock and wi
 ``--prague`` (plus ``--prague-args``), interleaved. Per row: the mean and lowest of the ranks'
 own accuracies, the final model's, the final model's with recalibrated BatchNorm statistics,
 and the training time (injected-delay model; with many ranks on few cores stock Horovod's
-spinning waits slow it too, so the time ratio is not a speed-up claim). With ``--loader``
+spinning waits slow it too: ``--poll`` adds stock All-Reduce waiting without spinning, the
+baseline a time ratio is taken against). With ``--loader``
 the worker trains in epochs over a ``DistributedSampler`` and tests after each, as Horovod's
 examples do; the rows add the accuracy that test reports after the last epoch and its mean
 over the epochs.
@@ -35,27 +36,35 @@ def main() -> None:
     )
     parser.add_argument("--no-bn", action="store_true")
     parser.add_argument("--loader", action="store_true")
+    parser.add_argument(
+        "--poll", action="store_true", help="also stock All-Reduce waiting without spinning"
+    )
     parser.add_argument("--train-size", type=int, default=4096)
     args = parser.parse_args()
     worker_args = ["--steps", str(args.steps), "--base", str(args.base)]
     worker_args += ["--train-size", str(args.train_size)]
     worker_args += ["--no-bn"] if args.no_bn else []
     worker_args += ["--loader"] if args.loader else []
-    systems = {"stock": ()} | {
-        f"prague{i or ''}": ("--prague", *shlex.split(extra))
-        for i, extra in enumerate(args.prague_args or [""])
-    }
-    for name, flags in systems.items():
-        print(f"# {name}: horovodrun {' '.join(flags)}")
+    systems: dict[str, tuple[tuple[str, ...], list[str]]] = {"stock": ((), [])}
+    if args.poll:
+        systems["poll"] = ((), ["--poll-wait"])
+    for i, extra in enumerate(args.prague_args or [""]):
+        systems[f"prague{i or ''}"] = (("--prague", *shlex.split(extra)), [])
+    for name, (flags, extra) in systems.items():
+        print(f"# {name}: horovodrun {' '.join(flags)} ... {' '.join(extra)}")
     print(
         f"{'ranks':>5} {'seed':>4} {'system':>7} {'own mean':>8} {'own min':>8} "
         f"{'final':>7} {'recal.':>7} {'seconds':>8}" + (" reported  mean" if args.loader else "")
     )
     for np in (int(r) for r in args.ranks.split(",")):
         for seed in (int(s) for s in args.seeds.split(",")):
-            for name, flags in systems.items():
+            for name, (flags, extra) in systems.items():
                 r = horovodrun(
-                    "bn_mlp.py", np, [*worker_args, "--seed", str(seed)], flags=flags, timeout=900
+                    "bn_mlp.py",
+                    np,
+                    [*worker_args, *extra, "--seed", str(seed)],
+                    flags=flags,
+                    timeout=900,
                 )
                 print(
                     f"{np:>5} {seed:>4} {name:>7} {statistics.mean(r['own']):>8.4f} "
