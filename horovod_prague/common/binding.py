@@ -16,6 +16,7 @@ import hashlib
 import inspect
 import math
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -173,6 +174,8 @@ class Binding(abc.ABC):
         self._exchanges_since_consensus = 0
         self._exchange_counts: collections.Counter[str] = collections.Counter()
         self._exchange_s = 0.0
+        self.stepping_thread: int | None = None
+        """The thread that took the last Prague step (``threading.get_ident``)."""
 
     @abc.abstractmethod
     def tensors(self, source: Any) -> list[Any]:
@@ -369,6 +372,7 @@ class Binding(abc.ABC):
     def _exchange(self, tensors: Any) -> Group | None:
         counts = self._exchange_counts
         counts["steps"] += 1
+        self.stepping_thread = threading.get_ident()
         values = self.tensors(tensors)
         self._note_exchange(values)
         if self._averager is None:

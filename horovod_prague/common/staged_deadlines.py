@@ -9,15 +9,13 @@ in). A collective that misses its deadline is passed to ``overdue``, which ends 
 way an op can be ended from outside: by shutting Horovod down, which every rank's Horovod
 then follows.
 
-    >>> import threading
     >>> said = []
-    >>> def wait_with_deadline(started, wait):
-    ...     wait(0.05, lambda: f"{started.name} did not complete")
-    >>> deadlines = StagedDeadlines(wait_with_deadline, lambda e: said.append(str(e)))
-    >>> done, late = object(), object()
-    >>> deadlines.begin(done, Started("allreduce.1", (0, 1)))
-    >>> deadlines.end(done)
-    >>> deadlines.begin(late, Started("allgather.2", (0, 1)))
+    >>> def wait_with_deadline(started, timeout, wait):
+    ...     wait(timeout, lambda: f"{started.name} did not complete")
+    >>> deadlines = StagedDeadlines(wait_with_deadline, lambda e, timeout: said.append(str(e)))
+    >>> deadlines.begin("site 1", Started("allreduce.1", (0, 1)), 0.05)
+    >>> deadlines.end("site 1")
+    >>> deadlines.begin("site 2", Started("allgather.2", (0, 1)), 0.05)
     >>> deadlines.join()
     >>> said
     ['allgather.2 did not complete']
@@ -34,21 +32,29 @@ from .script_collectives import Started
 Wait = Callable[[float, Callable[[], str]], None]
 """``wait(seconds, late)``: returns once the collective ended, or raises GroupWaitTimeout
 with ``late()`` when ``seconds`` have passed."""
+WaitWithDeadline = Callable[[Started, float, Wait], None]
+"""``wait_with_deadline(started, timeout, wait)``: ``wait`` for ``started``, ``timeout`` in
+all (``Binding._wait_with_deadline``)."""
 
 
 class StagedDeadlines:
-    """The staged collectives of one job in flight, each watched by a thread of its own.
+    """The staged collective of one job in flight, watched by a thread of its own.
 
-    ``wait_with_deadline(started, wait)`` waits for one with the job's timeout (raising
-    GroupWaitTimeout); ``overdue(error)`` is called, once per job, with the first that
-    misses it. ``close`` (at an elastic reset, which replaces the job) stops every watch
+    ``wait_with_deadline`` waits for one with its timeout (raising GroupWaitTimeout);
+    ``overdue(error, timeout)`` is called, once per job, with the first that misses it.
+    ``close`` (at an elastic reset, which replaces the job, or at shutdown) stops every watch
     without calling ``overdue``.
+
+    One staged collective runs at a time: a traced graph runs its guarded collectives in
+    program order, each after the last one's op, and the script calls its functions one after
+    another. So a watch that begins ends the earlier ones, whose ops have completed or failed
+    (a failed op, or a call that failed before the op, runs no ``end``).
     """
 
     def __init__(
         self,
-        wait_with_deadline: Callable[[Started, Wait], None],
-        overdue: Callable[[GroupWaitTimeout], None],
+        wait_with_deadline: WaitWithDeadline,
+        overdue: Callable[[GroupWaitTimeout, float], None],
     ) -> None:
         self._wait_with_deadline = wait_with_deadline
         self._overdue = overdue
@@ -58,20 +64,19 @@ class StagedDeadlines:
         self._fired = False
         self._lock = threading.Lock()
 
-    def begin(self, key: Hashable, started: Started) -> None:
-        """The staged collective ``key`` (one call site in a graph, which runs one call at a
-        time) is about to run; ``started`` names it."""
+    def begin(self, key: Hashable, started: Started, timeout: float) -> None:
+        """The staged collective ``key`` (its place in a graph) is about to run; ``started``
+        names it; it must end within ``timeout`` seconds."""
         ended = threading.Event()
         watch = threading.Thread(
-            target=self._watch, args=(started, ended), name="prague-deadline", daemon=True
+            target=self._watch, args=(started, timeout, ended), name="prague-deadline", daemon=True
         )
         with self._lock:
             if self._closed:
                 return
-            earlier = self._ends.get(key)
-            if earlier is not None:  # its op failed, so its end never ran
+            for earlier in self._ends.values():
                 earlier.set()
-            self._ends[key] = ended
+            self._ends = {key: ended}
             self._threads = [t for t in self._threads if t.is_alive()]
             self._threads.append(watch)
         watch.start()
@@ -98,15 +103,17 @@ class StagedDeadlines:
         for t in threads:
             t.join()
 
-    def _watch(self, started: Started, ended: threading.Event) -> None:
+    def _watch(self, started: Started, timeout: float, ended: threading.Event) -> None:
         try:
-            self._wait_with_deadline(started, lambda seconds, late: _wait(ended, seconds, late))
+            self._wait_with_deadline(
+                started, timeout, lambda seconds, late: _wait(ended, seconds, late)
+            )
         except GroupWaitTimeout as e:
             with self._lock:
                 fire = not self._closed and not self._fired and not ended.is_set()
                 self._fired = self._fired or fire
             if fire:
-                self._overdue(e)
+                self._overdue(e, timeout)
 
 
 def _wait(ended: threading.Event, seconds: float, late: Callable[[], str]) -> None:

@@ -11,6 +11,7 @@ validated, evaluated or saved after ``fit`` is the average of all ranks'
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import tf_keras
@@ -53,37 +54,58 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
     return wrap_optimizer(optimizer, process_set, model, sync_every, *passes)
 
 
+def _every_rank_validates(arguments: dict[str, Any]) -> bool:
+    """Whether ``fit`` (called with ``arguments``) validates, at the same epochs, on every
+    rank, with ``epoch_consensus`` on: asked of all ranks in one global collective, as a
+    script may give validation data to rank 0 alone, which stock Horovod runs."""
+    if binding.config().epoch_consensus != "on":
+        return False
+    from .. import tensorflow as hvd_prague  # the guarded collectives; imported late: a cycle
+
+    validates = arguments.get("validation_data") is not None or bool(
+        arguments.get("validation_split", 0.0)
+    )
+    mine = (validates, repr(arguments.get("validation_freq", 1)))
+    every = hvd_prague.allgather_object(mine, name="prague.fit_validation")
+    return validates and all(other == mine for other in every)
+
+
 def install_fit_consensus() -> None:
     """Make ``tf_keras.Model.fit`` end with a consensus when its optimizer is Prague's, and,
     with ``epoch_consensus`` on, run one before each validation ``fit`` makes.
 
-    Every rank calls ``fit`` alike, so the consensus is collective like ``fit``'s own; so is
-    its validation, at the end of the same epochs on every rank, which then evaluates one
-    model on every rank, as stock Horovod's would.
+    Every rank calls ``fit`` alike, so the consensus is collective like ``fit``'s own. Where
+    every rank validates at the same epochs (``_every_rank_validates``), each validation then
+    evaluates one model on every rank, as stock Horovod's would.
     """
     fit = tf_keras.Model.fit
     if getattr(fit, "__prague__", False):
         return
     evaluate = tf_keras.Model.evaluate
 
+    fit_arguments = inspect.signature(fit)
+
     @functools.wraps(fit)
     def fit_then_consensus(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self._prague_fitting = True
+        prague = isinstance(getattr(self, "optimizer", None), _PragueOptimizer)
+        self._prague_validates = prague and _every_rank_validates(
+            fit_arguments.bind(self, *args, **kwargs).arguments
+        )
         try:
             history = fit(self, *args, **kwargs)
         finally:
-            self._prague_fitting = False
-        if isinstance(getattr(self, "optimizer", None), _PragueOptimizer):
+            self._prague_validates = False
+        if prague:
             binding.flush()
             binding.consensus()
         return history
 
     @functools.wraps(evaluate)
     def consensus_then_evaluate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if (
-            getattr(self, "_prague_fitting", False)
-            and isinstance(getattr(self, "optimizer", None), _PragueOptimizer)
-            and binding.config().epoch_consensus == "on"
+        # fit's own validation passes this private keyword (tf_keras's Model.fit); an
+        # evaluate that a callback calls, perhaps on one rank only, does not.
+        if getattr(self, "_prague_validates", False) and kwargs.get(
+            "_use_cached_eval_dataset", False
         ):
             binding.flushed_before(None)
         return evaluate(self, *args, **kwargs)

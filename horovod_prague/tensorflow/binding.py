@@ -32,7 +32,7 @@ from ..common.overlap import (
     late_collective,
 )
 from ..common.script_collectives import Started
-from ..common.staged_deadlines import StagedDeadlines, Wait
+from ..common.staged_deadlines import StagedDeadlines
 
 _hvd = originals(horovod.tensorflow)
 
@@ -65,7 +65,11 @@ class TensorflowBinding(Binding):
         earlier: StagedDeadlines | None = getattr(self, "_deadlines", None)
         if earlier is not None:
             earlier.close()
-        self._deadlines = StagedDeadlines(self._wait_staged, self._overdue)
+        stopping: threading.Thread | None = getattr(self, "_stopping", None)
+        if stopping is not None:  # an overdue collective's shutdown, which ends before a reset's
+            stopping.join()
+        self._stopping: threading.Thread | None = None
+        self._deadlines = StagedDeadlines(self._wait_with_deadline, self._overdue)
 
     def tensors(self, source: Any) -> list[tf.Variable]:
         if isinstance(source, tf.Variable):
@@ -179,9 +183,10 @@ class TensorflowBinding(Binding):
                 self.flushed_before(process_set)
                 return self._with_deadline(collective, args, kwargs, bound, process_set)
             site = _Site(str(bound.get("name") or collective.__name__), process_set)
-            before = run_eagerly(lambda: self._before_staged(site), self.tracked)
+            before = run_eagerly(lambda: self.flushed_before(process_set), self.tracked)
             _unfoldable_inputs(call, before)
-            with tf.control_dependencies([before]):
+            begin = _staged_after_inputs(call, before, lambda: self._begin_watch(site))
+            with tf.control_dependencies([begin]):
                 result = collective(*call.args, **call.kwargs)
             site.name = _horovod_op_name(result) or site.name
             site.watched = _chain_after(result, lambda: self._deadlines.end(site))
@@ -208,17 +213,15 @@ class TensorflowBinding(Binding):
         name = bound.get("name") or collective.__name__
         return self.run_script_collective(call, str(name), process_set)
 
-    def _before_staged(self, site: _Site) -> None:
-        """What runs before a staged collective: ``flushed_before``, then its watch begins."""
-        self.flushed_before(site.process_set)
+    def _begin_watch(self, site: _Site) -> None:
+        """A staged collective's inputs are ready and its op is about to run: watch it with
+        the job's timeout (``StagedDeadlines``)."""
         rt = self._runtime
         if site.watched and rt is not None and rt.started:
-            self._deadlines.begin(site, Started(site.name, ranks_of(rt, site.process_set)))
+            started = Started(site.name, ranks_of(rt, site.process_set))
+            self._deadlines.begin(site, started, rt.config.timeout)
 
-    def _wait_staged(self, started: Started, wait: Wait) -> None:
-        self._wait_with_deadline(started, self.runtime().config.timeout, wait)
-
-    def _overdue(self, error: GroupWaitTimeout) -> None:
+    def _overdue(self, error: GroupWaitTimeout, timeout: float) -> None:
         """A staged collective missed its deadline: say so, and shut Horovod down, which fails
         the op here and, as every rank's Horovod follows a shutdown, on every rank. Where
         Horovod cannot shut down within the timeout, the process exits."""
@@ -227,14 +230,19 @@ class TensorflowBinding(Binding):
             file=sys.stderr,
             flush=True,
         )
-        stopping = threading.Thread(target=self.hvd.shutdown, name="prague-stop", daemon=True)
-        stopping.start()
-        stopping.join(self.runtime().config.timeout)
-        if stopping.is_alive():
+        self._stopping = threading.Thread(target=self.hvd.shutdown, name="prague-stop", daemon=True)
+        self._stopping.start()
+        self._stopping.join(timeout)
+        if self._stopping.is_alive():
             print(
                 "horovod_prague: Horovod did not shut down; exiting.", file=sys.stderr, flush=True
             )
             os._exit(1)
+
+    def shutdown(self) -> None:
+        self._deadlines.close()
+        super().shutdown()
+        self._deadlines = StagedDeadlines(self._wait_with_deadline, self._overdue)
 
     def flushed_before(self, process_set: Any) -> None:
         """``before_collective``, after the steps this rank has staged are flushed."""
@@ -507,6 +515,26 @@ def _pass_through(t: tf.Tensor, after: tf.Tensor | None) -> tf.Tensor:
     return out
 
 
+def _staged_after_inputs(
+    call: inspect.BoundArguments, after: tf.Tensor, fn: Callable[[], None]
+) -> tf.Tensor:
+    """Stage ``fn()`` to run after ``after`` and after the tensors a collective sends (those
+    of ``call``) are computed: just before the collective's op can start."""
+    inputs = [
+        t
+        for key in COLLECTIVE_INPUTS
+        for t in tf.nest.flatten(call.arguments.get(key), expand_composites=True)
+        if isinstance(t, tf.Tensor)
+    ]
+
+    def run() -> tf.Tensor:
+        fn()
+        return tf.constant(0)
+
+    with tf.control_dependencies([after, *inputs]):
+        return tf.py_function(run, inp=[], Tout=tf.int32)
+
+
 def _current_device() -> str:
     """The device the calling thread's ops are placed on (``tf.device`` is per thread)."""
     from tensorflow.python.eager import context
@@ -524,7 +552,11 @@ def _chain_after(result: Any, done: Callable[[], None]) -> bool:
     """
     graph = tf.compat.v1.get_default_graph()
     earlier: _Staged | None = getattr(graph, STAGED, None)
-    ops = [x for x in tf.nest.flatten(result) if isinstance(x, tf.Tensor | tf.Operation)]
+    ops = [
+        x
+        for x in tf.nest.flatten(result, expand_composites=True)
+        if isinstance(x, tf.Tensor | tf.Operation)
+    ]
     if earlier is None or not ops:
         return False
 
@@ -552,7 +584,10 @@ def _horovod_op_name(result: Any) -> str | None:
     """The name of the Horovod op that computes ``result`` (Horovod names an unnamed
     collective in a graph after its input, the same on every rank), searched for among the
     few ops its collective function adds after it."""
-    todo = [x.op if isinstance(x, tf.Tensor) else x for x in tf.nest.flatten(result)]
+    todo = [
+        x.op if isinstance(x, tf.Tensor) else x
+        for x in tf.nest.flatten(result, expand_composites=True)
+    ]
     todo = [op for op in todo if isinstance(op, tf.Operation)]
     for _ in range(16):
         if not todo:

@@ -30,10 +30,11 @@ average, and a wait for the slowest rank, at each.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 from horovod.torch.elastic.sampler import ElasticSampler
-from torch.utils.data import DistributedSampler
+from torch.utils.data import BatchSampler, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ..common.binding import Binding
@@ -76,12 +77,17 @@ def _steps(binding: Binding) -> int:
 
 
 def _ends_a_training_epoch(loader_iter: _BaseDataLoaderIter, binding: Binding) -> bool:
-    """Whether ``loader_iter``'s pass that just ended was over a sampler of every rank, with
-    optimizer steps taken during it."""
-    sampler = getattr(loader_iter, "_index_sampler", None)
-    sampler = getattr(sampler, "sampler", sampler)  # a BatchSampler's
-    if not isinstance(sampler, DistributedSampler | ElasticSampler):
-        return False
+    """Whether ``loader_iter``'s pass that just ended, on the thread that takes the optimizer
+    steps, was over a sampler of every rank, batched by PyTorch's own ``BatchSampler`` (a
+    custom batch sampler may give ranks different numbers of batches), with optimizer steps
+    taken during it."""
+    if binding.stepping_thread != threading.get_ident():
+        return False  # a loader read by another thread: a prefetcher, an evaluation
     if getattr(loader_iter, STEPS_AT_START, None) == _steps(binding):
         return False  # no step during the pass: an evaluation, or before training
+    sampler = getattr(loader_iter, "_index_sampler", None)
+    if type(sampler) is BatchSampler:
+        sampler = sampler.sampler
+    if not isinstance(sampler, DistributedSampler | ElasticSampler):
+        return False
     return sampler.num_replicas == binding.hvd.size()

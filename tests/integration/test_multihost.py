@@ -398,3 +398,22 @@ def test_elastic_survivors_go_on_across_hosts(tmp_path, emulated_hosts):
         assert rep["host"] == "h1" and rep["sizes"] == [4, 2] and rep["resets"] == [2], rep
         assert rep["stats"]["averaged"] + rep["stats"]["owed"] >= 1, rep
     assert len({rep["model"] for rep in reports}) == 1
+
+
+CORPUS = REPO / "tests" / "conformance" / "scripts"
+
+
+@pytest.mark.parametrize("script", ["torch_collectives.py", "tf2_custom_loop.py"])
+def test_corpus_scripts_across_two_hosts(tmp_path, emulated_hosts, script):
+    """Plain scripts of the conformance corpus on 2 hosts x 2 ranks through ssh, under
+    ``--prague``, with the corpus's random slowdown: unnamed collectives of every kind mid-run
+    (PyTorch), and a ``DistributedGradientTape`` in a ``tf.function`` (TensorFlow). Every rank
+    ends with the same model and reports the same metric."""
+    hosts = emulated_hosts(2, loopback_name=True)
+    out = tmp_path / "reports"
+    env = {"CONFORMANCE_OUT": str(out), "CONFORMANCE_SLOW": "0.03,5,0.25"}
+    job = run_on_hosts(
+        hosts, str(CORPUS / script), tmp_path, "h1:2,h2:2", flags=("--prague",), env=env
+    )
+    assert len({rep["digest"] for rep in job.reports}) == 1, job.reports
+    assert len({rep["metric"] for rep in job.reports}) == 1, job.reports

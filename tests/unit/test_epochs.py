@@ -4,11 +4,18 @@ Passes that break early, take no step, or use another sampler run none."""
 
 from __future__ import annotations
 
+import threading
 import types
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, TensorDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    RandomSampler,
+    TensorDataset,
+)
 
 import horovod_prague.torch  # noqa: F401  (installs the hook with the real binding)
 from horovod_prague.torch import epochs
@@ -21,6 +28,7 @@ class FakeBinding:
 
     def __init__(self, size: int = 4, option: str = "on") -> None:
         self.steps = 0
+        self.stepping_thread: int | None = None
         self.consensus_calls = 0
         self.hvd = types.SimpleNamespace(size=lambda: size)
         self._config = types.SimpleNamespace(epoch_consensus=option)
@@ -59,6 +67,7 @@ def _train(loader, binding, stop_after: int | None = None) -> int:
     batches = 0
     for _ in loader:
         binding.steps += 1
+        binding.stepping_thread = threading.get_ident()
         batches += 1
         if stop_after is not None and batches == stop_after:
             break
@@ -98,3 +107,29 @@ def test_the_option_off_runs_none(install):
     binding = install(option="off")
     _train(DataLoader(DATA, batch_size=2, sampler=DistributedSampler(DATA, 4, 0)), binding)
     assert binding.consensus_calls == 0
+
+
+class _Bucketing(BatchSampler):
+    """A custom batch sampler, which may give ranks different numbers of batches."""
+
+
+def test_a_custom_batch_sampler_runs_none(fake):
+    batches = _Bucketing(DistributedSampler(DATA, 4, 0), batch_size=2, drop_last=False)
+    _train(DataLoader(DATA, batch_sampler=batches), fake)
+    assert fake.consensus_calls == 0
+
+
+def test_a_pass_read_by_another_thread_runs_none(fake):
+    """A prefetching thread (or an evaluation in the background) reads the loader while the
+    main thread takes the steps: its pass's end is no epoch's end of the training loop."""
+    loader = DataLoader(DATA, batch_size=2, sampler=DistributedSampler(DATA, 4, 0))
+    fake.stepping_thread = threading.get_ident()
+
+    def read() -> None:
+        for _ in loader:
+            fake.steps += 1  # the main thread's steps, taken meanwhile
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join()
+    assert fake.steps == 2 and fake.consensus_calls == 0

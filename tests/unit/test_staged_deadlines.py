@@ -1,5 +1,6 @@
 """StagedDeadlines: a staged collective that ends in time is never overdue; one that does not
-is reported once per job; a reset's ``close`` stops every watch without a report."""
+is reported once per job; a watch that begins ends the earlier one (whose op completed or
+failed); a reset's ``close`` stops every watch without a report."""
 
 from __future__ import annotations
 
@@ -9,39 +10,40 @@ from horovod_prague.common.staged_deadlines import StagedDeadlines
 COLLECTIVE = Started("HorovodAllreduce_x_0", (0, 1, 2, 3))
 
 
-def _deadlines(seconds: float, said: list[str]) -> StagedDeadlines:
-    def wait_with_deadline(started, wait):
-        wait(seconds, lambda: f"{started.name} late")
+def _deadlines(said: list[str]) -> StagedDeadlines:
+    def wait_with_deadline(started, timeout, wait):
+        wait(timeout, lambda: f"{started.name} late")
 
-    return StagedDeadlines(wait_with_deadline, lambda e: said.append(str(e)))
+    return StagedDeadlines(wait_with_deadline, lambda e, timeout: said.append(str(e)))
 
 
-def test_only_the_first_overdue_collective_of_a_job_is_reported():
+def test_an_overdue_collective_is_reported_once_per_job():
     said: list[str] = []
-    deadlines = _deadlines(0.05, said)
-    deadlines.begin("a", COLLECTIVE)
-    deadlines.begin("b", Started("HorovodAllgather_y_0", (0, 1)))
+    deadlines = _deadlines(said)
+    deadlines.begin("a", COLLECTIVE, 0.05)
     deadlines.join()
-    assert len(said) == 1 and said[0].endswith("late"), said
+    deadlines.begin("b", Started("HorovodAllgather_y_0", (0, 1)), 0.05)
+    deadlines.join()
+    assert said == ["HorovodAllreduce_x_0 late"], said
 
 
 def test_close_stops_the_watches_without_a_report():
     said: list[str] = []
-    deadlines = _deadlines(5.0, said)
-    deadlines.begin("a", COLLECTIVE)
+    deadlines = _deadlines(said)
+    deadlines.begin("a", COLLECTIVE, 5.0)
     deadlines.close()
     deadlines.join()
-    deadlines.begin("b", COLLECTIVE)  # after close: not watched
+    deadlines.begin("b", COLLECTIVE, 0.05)  # after close: not watched
     deadlines.join()
     assert said == []
 
 
-def test_a_site_that_begins_again_ends_its_earlier_call():
-    """A call whose op failed never ran its end; the site's next call ends its watch."""
+def test_a_watch_that_begins_ends_the_earlier_one():
+    """A call whose op failed never ran its end: the next staged collective's watch ends it."""
     said: list[str] = []
-    deadlines = _deadlines(0.3, said)
-    deadlines.begin("a", COLLECTIVE)
-    deadlines.begin("a", COLLECTIVE)
-    deadlines.end("a")
+    deadlines = _deadlines(said)
+    deadlines.begin("a", COLLECTIVE, 0.3)
+    deadlines.begin("b", COLLECTIVE, 0.3)
+    deadlines.end("b")
     deadlines.join()
     assert said == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 
@@ -83,3 +84,41 @@ def test_a_collectives_constant_inputs_are_passed_through_the_staged_consensus()
         original, passed, _ = seen[key]
         assert not binding._foldable(original)
         assert passed is original
+
+
+def _input(ran: list[str], fail: bool) -> tf.Tensor:
+    """A collective's input that takes a while (an input pipeline), or fails (the end of a
+    dataset)."""
+
+    def produce() -> tf.Tensor:
+        time.sleep(0.05)
+        if fail:
+            raise ValueError("end of the data")
+        ran.append("input")
+        return tf.constant(1.0)
+
+    return tf.py_function(produce, inp=[], Tout=tf.float32)
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["ready", "failed"])
+def test_a_staged_collectives_watch_begins_once_its_inputs_are_ready(fail):
+    """The deadline counts the wait for the peers, not the rank's own input pipeline; an
+    input that fails (a dataset's end) leaves no watch begun."""
+    ran: list[str] = []
+    signature = inspect.signature(lambda tensor, name=None: None)
+
+    @tf.function
+    def step() -> tf.Tensor:
+        x = _input(ran, fail)
+        call = signature.bind(x)
+        begin = binding._staged_after_inputs(call, tf.constant(0), lambda: ran.append("begin"))
+        with tf.control_dependencies([begin]):
+            return tf.identity(x)
+
+    if fail:
+        with pytest.raises(Exception, match="end of the data"):
+            step()
+        assert ran == []
+    else:
+        step()
+        assert ran == ["input", "begin"]

@@ -1,6 +1,9 @@
 """A plain Horovod Keras script: ``model.fit`` with validation data and Horovod's callbacks.
 
-    keras_epoch_end_models.py
+    keras_epoch_end_models.py [rank0]
+
+With ``rank0``, rank 0 alone gets validation data (stock Horovod runs that: ``fit``'s
+validation runs no collective without ``MetricAverageCallback``).
 
 A callback notes a digest of each rank's trainable weights (BatchNorm's moving statistics stay
 each rank's own, as with Horovod's Keras optimizer) when each epoch's validation begins, and
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Horovod 0.28 needs tf-keras
@@ -62,10 +66,10 @@ model.fit(
     y_train,
     batch_size=16,
     epochs=3,
-    validation_data=(x[512:], y[512:]),
+    validation_data=(x[512:], y[512:]) if hvd.rank() == 0 or sys.argv[1:] != ["rank0"] else None,
     callbacks=[
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-        hvd.callbacks.MetricAverageCallback(),
+        *([] if sys.argv[1:] == ["rank0"] else [hvd.callbacks.MetricAverageCallback()]),
         notes,
     ],
     verbose=0,
