@@ -10,10 +10,11 @@
 # skipped steps, sync_every, a metric all-reduce, hvd.join() per epoch; every rank ends with
 # the model a reference computes from the steps all ranks took (CI: 4 ranks, 30 steps).
 # First, the tests that compare wall-clock rates (marker ``timing``), which CI leaves out: a
-# loaded machine moves the rates they compare.
+# loaded machine moves the rates they compare; and the variants CI leaves out for time
+# (marker ``long``).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest -q -p no:cacheprovider -m timing tests/integration "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider -m "timing or long" tests/integration "$@"
 PRAGUE_SOAK_RANKS=8 PRAGUE_SOAK_STEPS=2000 .venv/bin/python -m pytest -q -p no:cacheprovider \
     tests/integration/test_prague.py -k many_steps "$@"
 PRAGUE_INT_RANKS=8 PRAGUE_INT_STEPS=500 .venv/bin/python -m pytest -q -p no:cacheprovider \
