@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 WORKERS = Path(__file__).parent / "workers"
+ROOT = WORKERS.parent.parent
+"""The checkout: workers import its horovod_prague, not an older installed copy."""
 BIN = Path(sys.executable).parent
 
 
@@ -35,6 +37,7 @@ def horovodrun(
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         **(env or {}),
     }
     out = subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)
