@@ -39,8 +39,9 @@ from typing import Any
 from ..common.config import PragueConfig
 from ..runner import flag
 from . import faults
+from .datasets import cached_path, load
 from .report import summarize, write_outputs
-from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, cache_dir, mnist1d, schedule
+from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, WORKLOADS, schedule
 
 BINDIR = Path(sys.executable).parent
 """Where this Python's ``horovodrun`` is: every job runs it."""
@@ -119,6 +120,7 @@ class Plan:
     fault: str | None = None
     commit_every: int = 25
     readmit_after: int | None = None
+    workload: str = "mnist1d"
 
 
 def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
@@ -136,8 +138,15 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     ap.add_argument("--steps", type=int, help="All-Reduce's steps per rank (default 250)")
     ap.add_argument("--compute-ms", type=float, help="compute time of a normal step (100)")
     ap.add_argument("--params", type=int, help="synthetic floats averaged with the model (1M)")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="mnist1d",
+        help="; ".join(f"{name}: {w.description}" for name, w in WORKLOADS.items())
+        + " (all but mnist1d: PyTorch)",
+    )
+    ap.add_argument("--batch", type=int, help="examples per step (default: the workload's)")
+    ap.add_argument("--lr", type=float, help="learning rate (default: the workload's)")
     ap.add_argument(
         "--framework",
         choices=FRAMEWORKS,
@@ -153,7 +162,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         "passes (DistributedSampler with set_epoch, as in Horovod's examples); whole: from "
         "all of it, in its own order",
     )
-    ap.add_argument("--target", type=float, default=0.75, help="test accuracy to time")
+    ap.add_argument("--target", type=float, help="test accuracy to time (the workload's)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a job may take")
     ap.add_argument("--out", type=Path, help="output folder (default bench-results/<time>)")
     ap.add_argument(
@@ -244,6 +253,8 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
             ap.error(f"--systems: {e}")
     if "allreduce" not in systems:
         ap.error("--systems: must include allreduce, the baseline every ratio is taken to")
+    if a.workload != "mnist1d" and a.framework != "torch":
+        ap.error(f"--workload {a.workload}: PyTorch only (no --framework)")
     if "allreduce-poll" in systems and a.framework != "torch":
         ap.error(
             "--systems: allreduce-poll is PyTorch's; TensorFlow's eager Horovod collectives "
@@ -256,8 +267,8 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
             killed, kill_step = faults.parse_kill(a.fault)
         except ValueError as e:
             ap.error(f"--fault: {e}")
-        if a.framework != "torch":
-            ap.error("--fault: PyTorch only (no --framework)")
+        if a.framework != "torch" or a.workload != "mnist1d":
+            ap.error("--fault: PyTorch on mnist1d only (no --framework, no --workload)")
         if len(ranks) > 1 or len(scenarios) > 1:
             ap.error("--fault: one rank count and one scenario per run")
         if kill_step >= pick("steps"):
@@ -286,11 +297,11 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         steps=pick("steps"),
         compute_ms=pick("compute_ms"),
         params=pick("params"),
-        batch=a.batch,
-        lr=a.lr,
+        batch=a.batch or WORKLOADS[a.workload].batch,
+        lr=a.lr or WORKLOADS[a.workload].lr,
         framework=a.framework,
         sampling=a.sampling,
-        target=a.target,
+        target=WORKLOADS[a.workload].target if a.target is None else a.target,
         timeout=a.timeout,
         hosts=hosts,
         slots=slots,
@@ -298,6 +309,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         fault=a.fault,
         commit_every=a.commit_every,
         readmit_after=a.readmit_after,
+        workload=a.workload,
     )
     out = a.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
     return plan, out
@@ -374,7 +386,8 @@ def job_command(
     """The ``horovodrun`` command line of one job."""
     n = job["ranks"]
     flags = system_flags(job["system"])[1]
-    common = ["--scenario", job["scenario"], "--steps", str(plan.steps)]
+    common = ["--workload", plan.workload, "--scenario", job["scenario"]]
+    common += ["--steps", str(plan.steps)]
     common += ["--compute-ms", str(plan.compute_ms), "--params", str(plan.params)]
     common += ["--batch", str(plan.batch), "--lr", str(plan.lr), "--seed", str(job["seed"])]
     common += ["--data", str(data), "--sampling", plan.sampling, "--out", str(out)]
@@ -391,7 +404,9 @@ def job_command(
     spec = f"localhost:{n}" if hosts is None else hosts.host_spec(plan.slots)
     command = [str(BINDIR / "horovodrun"), "-np", str(n), "-H", spec, "--gloo", *flags]
     command += [sys.executable, "-m", "horovod_prague.bench.worker", *common]
-    command += ["--eval-every", str(max(1, plan.steps // 30)), "--framework", plan.framework]
+    evaluations = WORKLOADS[plan.workload].evaluations
+    command += ["--eval-every", str(max(1, plan.steps // evaluations))]
+    command += ["--framework", plan.framework]
     if flags:  # every rank at its own pace; All-Reduce's ranks move together
         command.append("--own-pace")
     return command
@@ -427,13 +442,13 @@ def _save_log(logs: Path, stem: str, command: list[str], output: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     plan, out = parse_args(argv)
     out.mkdir(parents=True, exist_ok=True)
-    data_path = cache_dir() / "mnist1d-standard.npz"
-    mnist1d(data_path)  # generated once, before any rank needs it
+    data_path = cached_path(plan.workload)
+    load(plan.workload, data_path)  # made once, before any rank needs it
     jobs = job_order(plan)
     labels = {s: system_flags(s) for s in plan.systems}
     print(
-        f"prague-bench: {len(jobs)} {plan.framework} jobs ({', '.join(plan.systems)}) x ranks "
-        f"{plan.ranks} x "
+        f"prague-bench: {len(jobs)} {plan.framework} {plan.workload} jobs "
+        f"({', '.join(plan.systems)}) x ranks {plan.ranks} x "
         f"{', '.join(plan.scenarios)} x {plan.seeds} seed(s), {plan.steps} steps of "
         f"{plan.compute_ms:g} ms, {plan.params:,} synthetic floats; "
         f"{_where(plan)}; results in {out}",

@@ -30,10 +30,11 @@ from pathlib import Path
 
 import horovod.torch as hvd
 
+from horovod_prague.bench.datasets import load
 from horovod_prague.bench.faults import parse_kill
 from horovod_prague.bench.torch_trainer import FrameworkTrainer
 from horovod_prague.bench.worker import Batches, workload_arguments
-from horovod_prague.bench.workload import mnist1d, schedule
+from horovod_prague.bench.workload import schedule
 
 
 class World:
@@ -69,10 +70,12 @@ def main() -> None:
     ap.add_argument("--kill", type=parse_kill, help="RANK@STEP of the first world")
     a = ap.parse_args()
 
-    data = mnist1d(None if a.data is None else Path(a.data))
+    data = load(a.workload, None if a.data is None else Path(a.data))
     killed = Path(a.out + ".killed")
     joining = killed.exists()  # started after the fault: the others are in training already
-    trainer = FrameworkTrainer(data, a.params, a.lr, a.seed, a.batch, broadcast=not joining)
+    trainer = FrameworkTrainer(
+        data, a.params, a.lr, a.seed, a.batch, broadcast=not joining, workload=a.workload
+    )
     trainer.poll_wait = a.poll_wait
     first_size, first_rank = trainer.size, trainer.rank
     factors = schedule(a.scenario, first_size, a.steps, a.seed).factors[first_rank]

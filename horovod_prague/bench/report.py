@@ -97,6 +97,10 @@ def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, An
                     else base_target / mine,
                     "accuracy": r["final_accuracy"],
                     "accuracy_delta": r["final_accuracy"] - base["final_accuracy"],
+                    "loss": r.get("final_loss"),
+                    "loss_delta": None
+                    if "final_loss" not in r or "final_loss" not in base
+                    else r["final_loss"] - base["final_loss"],
                     "wall": r["wall"],
                     "same_model": r.get("same_model_on_every_rank", False),
                     "alone": alone_share(r),
@@ -108,6 +112,7 @@ def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, An
         to_target = [s["to_target"] for s in seeds]
         alone = [s["alone"] for s in seeds]
         shares = [s["shares"] for s in seeds]
+        losses = [s["loss"] for s in seeds]
         throughput = statistics.mean(s["throughput"] for s in seeds)
         bound = statistics.mean(s["bound"] for s in seeds)
         rows.append(
@@ -123,6 +128,10 @@ def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, An
                 "to_target": None if None in to_target else round(statistics.mean(to_target), 3),
                 "accuracy": round(statistics.mean(s["accuracy"] for s in seeds), 4),
                 "accuracy_delta": statistics.mean(s["accuracy_delta"] for s in seeds),
+                "loss": None if None in losses else round(statistics.mean(losses), 4),
+                "loss_delta": None
+                if None in losses
+                else statistics.mean(s["loss_delta"] for s in seeds),
                 "same_model": all(s["same_model"] for s in seeds),
                 "alone": None if None in alone else round(statistics.mean(alone), 3),
                 "exchange": None
@@ -146,7 +155,8 @@ def table(rows: list[dict[str, Any]], target: float) -> str:
     head = (
         f"{'n':>2} {'scenario':<10} {'system':<{width}} {'seeds':>5} {'wall s':>7} "
         f"{'vs AR':>6} {'bound':>6} {'of bound':>8} {f'to {target:.0%}':>7} "
-        f"{'accuracy':>8} {'vs AR pts':>9} {'alone':>5} {'exch/wait':>9} {'same':>4}"
+        f"{'accuracy':>8} {'vs AR pts':>9} {'loss':>6} {'vs AR':>7} {'alone':>5} "
+        f"{'exch/wait':>9} {'same':>4}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -156,7 +166,7 @@ def table(rows: list[dict[str, Any]], target: float) -> str:
             f"{r['ranks']:>2} {r['scenario']:<10} {r['system']:<{width}} {r['seeds']:>5} "
             f"{r['wall']:>7.1f} {r['throughput']:>5.2f}x {r['bound']:>5.2f}x "
             f"{r['of_bound']:>8.0%} {to_target:>7} {r['accuracy']:>8.3f} "
-            f"{100 * r['accuracy_delta']:>+9.2f} {alone:>5} {_shares(r):>9} "
+            f"{100 * r['accuracy_delta']:>+9.2f} {_loss(r, 6, 7)} {alone:>5} {_shares(r):>9} "
             f"{'yes' if r['same_model'] else 'NO':>4}"
         )
     return "\n".join(lines)
@@ -166,9 +176,9 @@ def markdown(rows: list[dict[str, Any]], target: float) -> str:
     """The table as Markdown, for docs/results.md."""
     lines = [
         f"| n | scenario | system | seeds | wall s | vs All-Reduce | bound | of bound "
-        f"| to {target:.0%} | accuracy | vs AR (points) | steps alone | in exchange / waiting "
-        "| same model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| to {target:.0%} | accuracy | vs AR (points) | test loss | vs AR (nats) | steps alone "
+        "| in exchange / waiting | same model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         to_target = "not reached" if r["to_target"] is None else f"{r['to_target']:.2f}x"
@@ -176,10 +186,18 @@ def markdown(rows: list[dict[str, Any]], target: float) -> str:
         lines.append(
             f"| {r['ranks']} | {r['scenario']} | {r['system']} | {r['seeds']} | {r['wall']:.1f} "
             f"| {r['throughput']:.2f}x | {r['bound']:.2f}x | {r['of_bound']:.0%} | {to_target} "
-            f"| {r['accuracy']:.3f} | {100 * r['accuracy_delta']:+.2f} | {alone} "
+            f"| {r['accuracy']:.3f} | {100 * r['accuracy_delta']:+.2f} "
+            f"| {_loss(r, 0, 0).strip().replace(' ', ' | ')} | {alone} "
             f"| {_shares(r)} | {'yes' if r['same_model'] else 'NO'} |"
         )
     return "\n".join(lines)
+
+
+def _loss(row: dict[str, Any], width: int, delta_width: int) -> str:
+    """The row's test loss and its difference to All-Reduce's, in nats ('-' if not measured)."""
+    if row.get("loss") is None:
+        return f"{'-':>{width}} {'-':>{delta_width}}"
+    return f"{row['loss']:>{width}.3f} {row['loss_delta']:>+{delta_width}.3f}"
 
 
 def _shares(row: dict[str, Any]) -> str:
@@ -209,7 +227,8 @@ def write_outputs(
         "stock and allreduce-poll where both ran); bound: the "
         "best ratio the injected delays allow; to X%: how much sooner rank 0's model reached "
         "that test accuracy; vs AR pts: final accuracy minus All-Reduce's after the same "
-        "samples; alone: share of steps that averaged with nobody; exch/wait: shares of the "
+        "samples; loss, vs AR: the final model's test loss (nats) and its difference to "
+        "All-Reduce's; alone: share of steps that averaged with nobody; exch/wait: shares of the "
         "ranks' wall time spent in Prague's exchange and, as part of it, waiting for an "
         "overlapped average in flight; same: every rank ended with the same model."
     )

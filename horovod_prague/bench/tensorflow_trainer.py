@@ -32,8 +32,16 @@ class FrameworkTrainer(Trainer):
     prague_module = "horovod_prague.tensorflow"
 
     def __init__(
-        self, data: dict[str, np.ndarray], params: int, lr: float, seed: int, batch: int
+        self,
+        data: dict[str, np.ndarray],
+        params: int,
+        lr: float,
+        seed: int,
+        batch: int,
+        workload: str = "mnist1d",
     ) -> None:
+        if workload != "mnist1d":
+            raise ValueError(f"workload {workload!r} is PyTorch's; TensorFlow trains mnist1d")
         tf.config.threading.set_intra_op_parallelism_threads(1)  # before any TF op runs
         hvd.init()
         self.rank, self.size = hvd.rank(), hvd.size()
@@ -45,7 +53,7 @@ class FrameworkTrainer(Trainer):
         self.variables = [*self.model.trainable_variables, self.communicated]
         hvd.broadcast_variables([*self.model.variables, self.communicated], root_rank=0)
         opt = tf.keras.optimizers.SGD(lr, momentum=0.9)
-        loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self.loss_fn = loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
         @tf.function
         def train_step(x: tf.Tensor, y: tf.Tensor) -> None:
@@ -68,6 +76,9 @@ class FrameworkTrainer(Trainer):
     def accuracy(self) -> float:
         predicted = np.argmax(self.model(self.x_test, training=False).numpy(), axis=1)
         return float(np.mean(predicted == self.y_test))
+
+    def loss(self) -> float:
+        return float(self.loss_fn(self.y_test, self.model(self.x_test, training=False)))
 
     def digest(self) -> str:
         h = hashlib.sha256()

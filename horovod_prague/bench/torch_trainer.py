@@ -7,22 +7,11 @@ import hashlib
 import horovod.torch as hvd
 import numpy as np
 import torch
-from torch import nn
+import torch.nn.functional as F
 
-from horovod_prague.bench.trainer import CONV_LAYERS, Trainer
+from horovod_prague.bench.torch_models import build, lr_schedule
+from horovod_prague.bench.trainer import Trainer
 from horovod_prague.common.overlap import wait_until
-
-
-def cnn(params: int) -> nn.Module:
-    layers: list[nn.Module] = [nn.Unflatten(1, (1, 40))]
-    channels, length = 1, 40
-    for out, kernel in CONV_LAYERS:
-        layers += [nn.Conv1d(channels, out, kernel, stride=2, padding=kernel // 2), nn.ReLU()]
-        channels, length = out, (length + 1) // 2
-    layers += [nn.Flatten(), nn.Linear(channels * length, 10)]
-    model = nn.Sequential(*layers)
-    model.register_parameter("communicated", nn.Parameter(torch.zeros(params)))
-    return model
 
 
 class FrameworkTrainer(Trainer):
@@ -37,6 +26,7 @@ class FrameworkTrainer(Trainer):
         seed: int,
         batch: int,
         broadcast: bool = True,
+        workload: str = "mnist1d",
     ) -> None:
         """``broadcast=False`` for a worker that joins a running elastic job: no other rank
         broadcasts then, and the elastic state's sync gives it rank 0's model."""
@@ -47,22 +37,31 @@ class FrameworkTrainer(Trainer):
         tensors = {name: torch.from_numpy(array) for name, array in data.items()}
         self.x, self.y = tensors["x"], tensors["y"]
         self.x_test, self.y_test = tensors["x_test"], tensors["y_test"]
-        self.model = cnn(params)
-        opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
+        self.workload = workload
+        self.model, opt = build(workload, params, lr)
+        self.schedule: torch.optim.lr_scheduler.LRScheduler | None = None
         self.opt = hvd.DistributedOptimizer(opt, named_parameters=self.model.named_parameters())
         if broadcast:
             hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
-        self.loss_fn = nn.CrossEntropyLoss()
         self.communicated = dict(self.model.named_parameters())["communicated"]
+
+    def begin(self, steps: int) -> None:
+        self.schedule = lr_schedule(self.workload, self.opt, steps)
 
     def step(self, batch: np.ndarray) -> None:
         index = torch.from_numpy(batch)
         self.opt.zero_grad()
-        loss = self.loss_fn(self.model(self.x[index]), self.y[index])
+        loss = self._loss(self.model(self.x[index]), self.y[index])
         (loss + 0.0 * self.communicated.sum()).backward()
         if self.poll_wait:
             self._wait_without_spinning()
         self.opt.step()
+        if self.schedule is not None:
+            self.schedule.step()
+
+    @staticmethod
+    def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
     def _wait_without_spinning(self) -> None:
         """Wait for the all-reduces the backward pass started, sleeping between polls; the
@@ -73,8 +72,19 @@ class FrameworkTrainer(Trainer):
                 wait_until(lambda h=handle: hvd.poll(h), 600, lambda: "all-reduce timed out")
 
     def accuracy(self) -> float:
+        return self._test()[0]
+
+    def loss(self) -> float:
+        return self._test()[1]
+
+    def _test(self) -> tuple[float, float]:
+        """Accuracy and mean cross-entropy (nats) on the test set, in eval mode."""
+        self.model.eval()
         with torch.no_grad():
-            return (self.model(self.x_test).argmax(1) == self.y_test).float().mean().item()
+            logits = self.model(self.x_test)
+        self.model.train()
+        correct = (logits.argmax(-1) == self.y_test).float().mean().item()
+        return correct, self._loss(logits, self.y_test).item()
 
     def digest(self) -> str:
         h = hashlib.sha256()

@@ -22,15 +22,25 @@ class Trainer(abc.ABC):
 
     @abc.abstractmethod
     def __init__(
-        self, data: dict[str, np.ndarray], params: int, lr: float, seed: int, batch: int
+        self,
+        data: dict[str, np.ndarray],
+        params: int,
+        lr: float,
+        seed: int,
+        batch: int,
+        workload: str = "mnist1d",
     ) -> None:
-        """``hvd.init()``, the model and its wrapped optimizer, and rank 0's broadcast; ready
-        for steps of ``batch`` examples (a traced step is traced here, before the clock)."""
+        """``hvd.init()``, the workload's model and its wrapped optimizer, and rank 0's
+        broadcast; ready for steps of ``batch`` examples (a traced step is traced here, before
+        the clock)."""
 
     rank: int
     size: int
     poll_wait: bool = False
     """Wait for the stock optimizer's collectives by polling with sleeps (PyTorch only)."""
+
+    def begin(self, steps: int) -> None:  # noqa: B027 (a schedule-less framework needs none)
+        """Before the first step: this rank takes ``steps`` steps (a schedule's horizon)."""
 
     @abc.abstractmethod
     def step(self, batch: np.ndarray) -> None:
@@ -39,6 +49,10 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def accuracy(self) -> float:
         """This rank's model's test accuracy."""
+
+    @abc.abstractmethod
+    def loss(self) -> float:
+        """This rank's model's mean cross-entropy on the test set, in nats."""
 
     @abc.abstractmethod
     def digest(self) -> str:

@@ -2,9 +2,9 @@
 
 It never imports horovod_prague's framework packages: under ``horovodrun --prague ...`` the
 drop-in gives it Prague's ``DistributedOptimizer`` (PyTorch) or ``DistributedGradientTape``
-(TensorFlow); without the flag it is stock Horovod. Each rank trains a small CNN on its
-share of MNIST-1D (``--sampling``: ``Batches`` says which examples each batch takes); a step
-is the real forward and backward pass plus a sleep of ``compute_ms`` times the step's
+(TensorFlow); without the flag it is stock Horovod. Each rank trains ``--workload``'s model
+on its share of the training set (``--sampling``: ``Batches`` says which examples each batch
+takes); a step is the real forward and backward pass plus a sleep of ``compute_ms`` times the step's
 slowdown factor, standing in for GPU compute. A synthetic parameter of ``params`` floats is
 averaged with the model, so communication has a realistic size. Rank 0 evaluates its own
 model every ``eval_every`` steps (time spent evaluating is left out of its clock) and, after
@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from horovod_prague.bench.datasets import load
 from horovod_prague.bench.trainer import Trainer
-from horovod_prague.bench.workload import FRAMEWORKS, SAMPLING, mnist1d, schedule
+from horovod_prague.bench.workload import FRAMEWORKS, SAMPLING, WORKLOADS, schedule
 
 
 class Batches:
@@ -72,6 +73,7 @@ class Batches:
 def workload_arguments() -> argparse.ArgumentParser:
     """The options every benchmark rank takes: the workload, its slowdowns and the output."""
     ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", choices=WORKLOADS, default="mnist1d")
     ap.add_argument("--scenario", default="random")
     ap.add_argument("--steps", type=int, default=300, help="All-Reduce's steps per rank")
     ap.add_argument("--compute-ms", type=float, default=100.0)
@@ -105,14 +107,15 @@ def main() -> None:
     trainer_class = importlib.import_module(
         f"horovod_prague.bench.{a.framework}_trainer"
     ).FrameworkTrainer
-    data = mnist1d(None if a.data is None else Path(a.data))
-    trainer: Trainer = trainer_class(data, a.params, a.lr, a.seed, a.batch)
+    data = load(a.workload, None if a.data is None else Path(a.data))
+    trainer: Trainer = trainer_class(data, a.params, a.lr, a.seed, a.batch, workload=a.workload)
     trainer.poll_wait = a.poll_wait
     rank, size = trainer.rank, trainer.size
     plan = schedule(a.scenario, size, a.steps, a.seed)
     factors = plan.factors[rank]
     my_steps = plan.own_pace_steps[rank] if a.own_pace else a.steps
     batches = Batches(a.sampling, len(data["x"]), rank, size, a.seed)
+    trainer.begin(my_steps)
 
     curve: list[tuple[float, int, float]] = []
     trainer.barrier()
@@ -138,12 +141,14 @@ def main() -> None:
     if rank == 0:
         result = {
             "framework": a.framework,
+            "workload": a.workload,
             "ranks": size,
             "steps": a.steps,
             "steps_per_rank": steps_per_rank,
             "wall": end - start - eval_time,
             "train_wall": trained - start - eval_time,
             "final_accuracy": trainer.accuracy(),
+            "final_loss": trainer.loss(),
             "same_model_on_every_rank": len(set(digests)) == 1,
             "exchange_stats": stats_per_rank,
             "curve": curve,

@@ -1,4 +1,4 @@
-"""The benchmark's workload: MNIST-1D, a small CNN, and the seeded per-step slowdowns.
+"""The benchmark's workloads and the seeded per-step slowdowns.
 
 Everything here (data, delays, the ideal bound) imports no Horovod, so the driver can
 compute every rank's delays, and the bound they imply, without running anything.
@@ -11,11 +11,7 @@ compute every rank's delays, and the bound they imply, without running anything.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
-from pathlib import Path
-
-import numpy as np
 
 SCENARIOS = {
     "none": "no slowdown",
@@ -26,8 +22,36 @@ FRAMEWORKS = ("torch", "tensorflow")
 """What a benchmark rank trains with (``prague-bench --framework``)."""
 SAMPLING = ("shard", "epoch", "whole")
 """Which training examples a rank draws its batches from (``prague-bench --sampling``)."""
-DATA_SEED = 42
-"""MNIST-1D's standard generation seed: 4000 training and 1000 test examples."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A model and its data, with the batch, learning rate and target accuracy it runs at."""
+
+    description: str
+    batch: int
+    lr: float
+    target: float
+    evaluations: int = 30
+    """How many times rank 0 tests its model during a run (the time-to-target curve)."""
+
+
+WORKLOADS = {
+    "mnist1d": Workload("a small CNN on MNIST-1D, SGD with momentum", 64, 0.1, 0.75),
+    "bn-mlp": Workload(
+        "an MLP with BatchNorm on a linear teacher's labels, SGD with momentum", 32, 0.05, 0.9
+    ),
+    "lm": Workload(
+        "a byte-level transformer language model on Python's standard library, AdamW with "
+        "warm-up and a cosine schedule",
+        16,
+        3e-3,
+        0.4,
+        evaluations=10,
+    ),
+}
+"""What a benchmark rank trains (``prague-bench --workload``; data: ``bench.datasets``;
+models: ``bench.torch_models``). TensorFlow trains ``mnist1d`` only."""
 
 
 def delays(scenario: str, ranks: int, steps: int, seed: int) -> list[list[float]]:
@@ -81,31 +105,3 @@ def schedule(scenario: str, ranks: int, steps: int, seed: int) -> Schedule:
         clock[r] += factors[r][taken[r]]
         taken[r] += 1
     return Schedule(factors, taken, allreduce / max(clock))
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("HOROVOD_PRAGUE_CACHE") or Path.home() / ".cache" / "horovod-prague"
-    return Path(root)
-
-
-def mnist1d(path: Path | None = None) -> dict[str, np.ndarray]:
-    """MNIST-1D (4000 train, 1000 test, length 40), generated once offline and cached."""
-    path = path or cache_dir() / "mnist1d-standard.npz"
-    if not path.exists():
-        from mnist1d.data import get_dataset_args, make_dataset
-
-        args = get_dataset_args()
-        args.seed = DATA_SEED
-        data = make_dataset(args)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(
-            tmp,
-            x=data["x"].astype(np.float32),
-            y=data["y"].astype(np.int64),
-            x_test=data["x_test"].astype(np.float32),
-            y_test=data["y_test"].astype(np.int64),
-        )
-        os.replace(tmp, path)
-    with np.load(path) as f:
-        return {k: f[k] for k in f.files}

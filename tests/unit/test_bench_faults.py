@@ -25,8 +25,9 @@ def test_the_default_systems_leave_out_the_fault_reference():
         (["--fault", "5@10", "--hosts", "5x1"], "needs more than 6 ranks"),
         (
             ["--fault", "5@100", "--framework", "tensorflow", "--systems", "allreduce,prague"],
-            "PyTorch only",
+            "PyTorch on mnist1d only",
         ),
+        (["--fault", "5@100", "--workload", "lm"], "PyTorch on mnist1d only"),
     ],
 )
 def test_fault_refuses_a_run_it_cannot_measure(argv, message, capsys):
