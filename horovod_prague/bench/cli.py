@@ -40,7 +40,7 @@ from ..common.config import PragueConfig
 from ..runner import flag
 from . import faults
 from .datasets import cached_path, load
-from .report import summarize, write_outputs
+from .report import BASELINES, summarize, write_outputs
 from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, WORKLOADS, schedule
 
 BINDIR = Path(sys.executable).parent
@@ -251,8 +251,11 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
             system_flags(s)
         except ValueError as e:
             ap.error(f"--systems: {e}")
-    if "allreduce" not in systems:
-        ap.error("--systems: must include allreduce, the baseline every ratio is taken to")
+    if not set(BASELINES) & set(systems):
+        ap.error(
+            "--systems: must include allreduce or allreduce-poll: every ratio is taken to the "
+            "faster of those that ran"
+        )
     if a.workload != "mnist1d" and a.framework != "torch":
         ap.error(f"--workload {a.workload}: PyTorch only (no --framework)")
     if "allreduce-poll" in systems and a.framework != "torch":

@@ -87,3 +87,11 @@ def test_tensorflow_refuses_a_pytorch_workload(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--workload", "lm", "--framework", "tensorflow"])
     assert "--workload lm: PyTorch only" in capsys.readouterr().err
+
+
+def test_either_all_reduce_is_a_baseline_and_one_is_needed(capsys):
+    plan, _ = parse_args(["--systems", "allreduce-poll,prague"])
+    assert plan.systems == ["allreduce-poll", "prague"]
+    with pytest.raises(SystemExit):
+        parse_args(["--systems", "prague,smart"])
+    assert "must include allreduce or allreduce-poll" in capsys.readouterr().err
