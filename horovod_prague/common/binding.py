@@ -418,6 +418,11 @@ class Binding(abc.ABC):
             return None
         return float(max(1, self._exchange_counts["steps"]))
 
+    @property
+    def steps_taken(self) -> int:
+        """This job's Prague steps on this rank (``exchange`` calls) so far."""
+        return self._exchange_counts["steps"]
+
     def exchange_stats(self) -> dict[str, int]:
         """How this rank's ``exchange`` calls went: ``steps``; ``averaged`` (a group average
         started or run); ``alone`` (no partner), of which ``in_flight`` (``in_flight`` averages

@@ -58,7 +58,8 @@ class StagedDeadlines:
     ) -> None:
         self._wait_with_deadline = wait_with_deadline
         self._overdue = overdue
-        self._ends: dict[Hashable, threading.Event] = {}
+        self._current: tuple[Hashable, threading.Event] | None = None
+        """The key and end of the collective watched now."""
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._fired = False
@@ -74,9 +75,9 @@ class StagedDeadlines:
         with self._lock:
             if self._closed:
                 return
-            for earlier in self._ends.values():
-                earlier.set()
-            self._ends = {key: ended}
+            if self._current is not None:
+                self._current[1].set()
+            self._current = (key, ended)
             self._threads = [t for t in self._threads if t.is_alive()]
             self._threads.append(watch)
         watch.start()
@@ -84,17 +85,19 @@ class StagedDeadlines:
     def end(self, key: Hashable) -> None:
         """The staged collective ``key`` has completed."""
         with self._lock:
-            ended = self._ends.pop(key, None)
-        if ended is not None:
-            ended.set()
+            current = self._current
+            if current is None or current[0] != key:
+                return
+            self._current = None
+        current[1].set()
 
     def close(self) -> None:
         """Stop watching, without calling ``overdue``."""
         with self._lock:
             self._closed = True
-            ends, self._ends = list(self._ends.values()), {}
-        for ended in ends:
-            ended.set()
+            current, self._current = self._current, None
+        if current is not None:
+            current[1].set()
 
     def join(self) -> None:
         """Wait for the watches running now to finish (for tests)."""

@@ -62,13 +62,17 @@ class TensorflowBinding(Binding):
     def _new_job(self) -> None:
         super()._new_job()
         self._pending: list[tf.Variable] = []  # a reset drops the deferred step too
-        earlier: StagedDeadlines | None = getattr(self, "_deadlines", None)
-        if earlier is not None:
-            earlier.close()
+        self._renew_deadlines()
         stopping: threading.Thread | None = getattr(self, "_stopping", None)
         if stopping is not None:  # an overdue collective's shutdown, which ends before a reset's
             stopping.join()
         self._stopping: threading.Thread | None = None
+
+    def _renew_deadlines(self) -> None:
+        """Stop watching this job's staged collectives; the next job's are watched afresh."""
+        earlier: StagedDeadlines | None = getattr(self, "_deadlines", None)
+        if earlier is not None:
+            earlier.close()
         self._deadlines = StagedDeadlines(self._wait_with_deadline, self._overdue)
 
     def tensors(self, source: Any) -> list[tf.Variable]:
@@ -240,9 +244,9 @@ class TensorflowBinding(Binding):
             os._exit(1)
 
     def shutdown(self) -> None:
-        self._deadlines.close()
+        self._deadlines.close()  # no collective is overdue while Horovod shuts down
         super().shutdown()
-        self._deadlines = StagedDeadlines(self._wait_with_deadline, self._overdue)
+        self._renew_deadlines()
 
     def flushed_before(self, process_set: Any) -> None:
         """``before_collective``, after the steps this rank has staged are flushed."""
@@ -448,11 +452,6 @@ def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) 
     if tf.executing_eagerly():
         fn()
         return None
-
-    def call(*_handles: Any) -> tf.Tensor:
-        fn()
-        return tf.constant(0)
-
     graph = tf.compat.v1.get_default_graph()
     earlier: _Staged | None = getattr(graph, STAGED, None)
     handles = distinct(
@@ -461,10 +460,21 @@ def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) 
             *(v.handle for v in variables() if hasattr(v, "handle")),
         ]
     )
-    with tf.control_dependencies([] if earlier is None else [earlier.op]):
-        op = tf.py_function(call, inp=handles, Tout=tf.int32)
+    op = _staged(fn, after=[] if earlier is None else [earlier.op], inputs=handles)
     setattr(graph, STAGED, _Staged(op, handles))
     return op
+
+
+def _staged(fn: Callable[[], None], after: list[Any], inputs: list[Any] | None = None) -> tf.Tensor:
+    """A ``tf.py_function`` that runs ``fn()`` at every call of the traced function, once the
+    ops ``after`` have run and ``inputs`` are computed (taken as inputs only to order it)."""
+
+    def call(*_inputs: Any) -> tf.Tensor:
+        fn()
+        return tf.constant(0)
+
+    with tf.control_dependencies(after):
+        return tf.py_function(call, inp=inputs or [], Tout=tf.int32)
 
 
 COLLECTIVE_INPUTS = ("tensor", "tensors", "splits")
@@ -526,13 +536,7 @@ def _staged_after_inputs(
         for t in tf.nest.flatten(call.arguments.get(key), expand_composites=True)
         if isinstance(t, tf.Tensor)
     ]
-
-    def run() -> tf.Tensor:
-        fn()
-        return tf.constant(0)
-
-    with tf.control_dependencies([after, *inputs]):
-        return tf.py_function(run, inp=[], Tout=tf.int32)
+    return _staged(fn, after=[after, *inputs])
 
 
 def _current_device() -> str:
@@ -559,13 +563,7 @@ def _chain_after(result: Any, done: Callable[[], None]) -> bool:
     ]
     if earlier is None or not ops:
         return False
-
-    def call() -> tf.Tensor:
-        done()
-        return tf.constant(0)
-
-    with tf.control_dependencies([earlier.op, *ops]):
-        link = tf.py_function(call, inp=[], Tout=tf.int32)
+    link = _staged(done, after=[earlier.op, *ops])
     setattr(graph, STAGED, _Staged(link, earlier.handles))
     return True
 

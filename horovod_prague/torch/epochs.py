@@ -60,7 +60,7 @@ def end_epochs_with_consensus(binding: Binding) -> None:
     def __next__(self: _BaseDataLoaderIter) -> Any:
         binding = _binding[0]
         if self._num_yielded == 0:
-            setattr(self, STEPS_AT_START, _steps(binding))
+            setattr(self, STEPS_AT_START, binding.steps_taken)
         try:
             return original(self)
         except StopIteration:
@@ -72,10 +72,6 @@ def end_epochs_with_consensus(binding: Binding) -> None:
     _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
 
 
-def _steps(binding: Binding) -> int:
-    return binding.exchange_stats()["steps"]
-
-
 def _ends_a_training_epoch(loader_iter: _BaseDataLoaderIter, binding: Binding) -> bool:
     """Whether ``loader_iter``'s pass that just ended, on the thread that takes the optimizer
     steps, was over a sampler of every rank, batched by PyTorch's own ``BatchSampler`` (a
@@ -83,7 +79,7 @@ def _ends_a_training_epoch(loader_iter: _BaseDataLoaderIter, binding: Binding) -
     taken during it."""
     if binding.stepping_thread != threading.get_ident():
         return False  # a loader read by another thread: a prefetcher, an evaluation
-    if getattr(loader_iter, STEPS_AT_START, None) == _steps(binding):
+    if getattr(loader_iter, STEPS_AT_START, None) == binding.steps_taken:
         return False  # no step during the pass: an evaluation, or before training
     sampler = getattr(loader_iter, "_index_sampler", None)
     if type(sampler) is BatchSampler:

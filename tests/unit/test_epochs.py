@@ -33,8 +33,9 @@ class FakeBinding:
         self.hvd = types.SimpleNamespace(size=lambda: size)
         self._config = types.SimpleNamespace(epoch_consensus=option)
 
-    def exchange_stats(self) -> dict[str, int]:
-        return {"steps": self.steps}
+    @property
+    def steps_taken(self) -> int:
+        return self.steps
 
     def config(self):
         return self._config
