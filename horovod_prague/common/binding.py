@@ -149,8 +149,9 @@ MoveFollower = Callable[[Any, Any, float], None]
 class Binding(abc.ABC):
     """Prague's API over one framework's Horovod module."""
 
-    can_overlap = False
-    """Whether ``start_average`` runs a group average in the background (else: blocking)."""
+    pending_average: type[PendingAverage] | None = None
+    """The framework's ``PendingAverage``, with which ``start_average`` runs a group average
+    in the background; None where the framework averages blocking only."""
 
     starts_in_init = True
     """Whether ``init`` starts Prague (``PragueRuntime.start``: Horovod collectives, so
@@ -213,10 +214,22 @@ class Binding(abc.ABC):
         """Start averaging a snapshot of ``tensors`` over ``process_set``; do not wait.
 
         With ``overlap``, its ``flag`` travels in the same collective, and the correction is
-        scaled by ``overlap.scale`` of the group's mean flag. Frameworks with ``can_overlap``
-        implement it; see ``horovod_prague.common.overlap``.
+        scaled by ``overlap.scale`` of the group's mean flag. Frameworks with a
+        ``pending_average`` can; see ``horovod_prague.common.overlap``.
         """
-        raise NotImplementedError(f"{type(self).__name__} cannot overlap group averages")
+        if self.pending_average is None:
+            raise NotImplementedError(f"{type(self).__name__} cannot overlap group averages")
+        pending = self.pending_average(
+            tensors, name, process_set, size, self.average_weight(), overlap
+        )
+        if self.follows_moves():
+            pending.moved = self.moved
+        return pending
+
+    @property
+    def can_overlap(self) -> bool:
+        """Whether ``start_average`` runs a group average in the background (else: blocking)."""
+        return self.pending_average is not None
 
     def init(self, comm: Any = None, process_sets: Any = None, **prague_options: Any) -> None:
         """Initialize Horovod and Prague.

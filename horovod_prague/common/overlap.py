@@ -46,7 +46,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .strategies import Group
 
@@ -55,6 +55,10 @@ T = TypeVar("T")
 
 class PendingAverage(abc.ABC):
     """One group average in flight, as a framework starts it (``Binding.start_average``)."""
+
+    moved: Callable[[Any, Any, float], None] | None = None
+    """Told ``(tensor, move, scale)`` for what ``apply`` adds to each floating-point tensor
+    (``Binding.moved``), where momentum follows the averages."""
 
     @abc.abstractmethod
     def ready(self) -> bool:

@@ -37,6 +37,57 @@ from ..common.staged_deadlines import StagedDeadlines
 _hvd = originals(horovod.tensorflow)
 
 
+class TensorflowPendingAverage(PendingAverage):
+    """A snapshot of the variables, averaged by Horovod on a background thread.
+
+    Horovod's eager TensorFlow collectives block, so a daemon thread runs them while the rank
+    trains on. The same collectives as ``TensorflowBinding.average``; ``apply`` adds
+    ``average - snapshot`` to floating-point variables (scaled by ``overlap.scale`` of the
+    group's mean flag, with ``overlap``) and ``integer_share - snapshot`` of their sums to
+    integer ones, whole, with this rank's position in ``process_set``
+    (``PendingAverage.apply``).
+    """
+
+    def __init__(
+        self,
+        variables: Sequence[tf.Variable],
+        name: str,
+        process_set: Any,
+        size: int,
+        weight: float | None,
+        overlap: Overlap | None = None,
+    ) -> None:
+        self.size = size
+        self.moved: Callable[[tf.Variable, tf.Tensor, float], None] | None = None
+        """Told what ``apply`` adds to each floating-point variable (``Binding.moved``)."""
+        self.parts = _by_dtype(variables, name, weight, overlap)
+        self.position = 0 if all(p.floating for p in self.parts) else process_set.rank()
+        self.call = BackgroundCall(lambda: [part.reduce(process_set) for part in self.parts])
+
+    def ready(self) -> bool:
+        return self.call.done()
+
+    def apply(self) -> None:
+        reduced = self.call.result(0.0, lambda: "apply() before the average completed")
+        moves: list[tuple[tf.Variable, tf.Tensor, float]] = []
+        for part, results in zip(self.parts, reduced, strict=True):
+            if not part.floating:
+                means = part.means(results, self.size)
+                for v, snapshot, mean in zip(part.variables, part.values, means, strict=True):
+                    share = _share(*mean, self.position)
+                    exact = corrected(tf.cast(v, tf.int64), share, snapshot, _clip)
+                    v.assign(_narrow(exact, v.dtype))
+                continue
+            averages, scale = part.received(results, self.size)
+            for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
+                move = a - snapshot
+                v.assign_add(tf.cast(scale, v.dtype) * move)
+                if self.moved is not None:
+                    moves.append((v, move, scale))
+        for v, move, scale in moves:  # once every variable is averaged
+            self.moved(v, move, scale)
+
+
 class TensorflowBinding(Binding):
     """Averages variables, grouped by dtype, with one Horovod collective per dtype.
 
@@ -46,7 +97,8 @@ class TensorflowBinding(Binding):
     guarded global collective, or at ``average_model``/``finish``.
     """
 
-    can_overlap = True
+    pending_average = TensorflowPendingAverage
+
     starts_in_init = False
     """TensorFlow's first op initializes its runtime, after which a script can no longer set
     threads, visible devices or memory growth: stock Horovod's ``init`` runs none, so
@@ -114,21 +166,6 @@ class TensorflowBinding(Binding):
                     moves.append((v, move, scale))
         for v, move, scale in moves:  # once every variable is averaged
             self.moved(v, move, scale)
-
-    def start_average(
-        self,
-        variables: Sequence[tf.Variable],
-        name: str,
-        process_set: Any,
-        size: int,
-        overlap: Overlap | None = None,
-    ) -> PendingAverage:
-        pending = TensorflowPendingAverage(
-            variables, name, process_set, size, self.average_weight(), overlap
-        )
-        if self.follows_moves():
-            pending.moved = self.moved
-        return pending
 
     def start(self, runtime: Any) -> None:
         with tf.init_scope():  # eagerly, also when first called while a function is traced
@@ -340,57 +377,6 @@ def _by_dtype(
     for v in variables:
         same.setdefault(v.dtype, []).append(v)
     return [_DtypePart(vs, f"{name}.{dtype.name}", weight, overlap) for dtype, vs in same.items()]
-
-
-class TensorflowPendingAverage(PendingAverage):
-    """A snapshot of the variables, averaged by Horovod on a background thread.
-
-    Horovod's eager TensorFlow collectives block, so a daemon thread runs them while the rank
-    trains on. The same collectives as ``TensorflowBinding.average``; ``apply`` adds
-    ``average - snapshot`` to floating-point variables (scaled by ``overlap.scale`` of the
-    group's mean flag, with ``overlap``) and ``integer_share - snapshot`` of their sums to
-    integer ones, whole, with this rank's position in ``process_set``
-    (``PendingAverage.apply``).
-    """
-
-    def __init__(
-        self,
-        variables: Sequence[tf.Variable],
-        name: str,
-        process_set: Any,
-        size: int,
-        weight: float | None,
-        overlap: Overlap | None = None,
-    ) -> None:
-        self.size = size
-        self.moved: Callable[[tf.Variable, tf.Tensor, float], None] | None = None
-        """Told what ``apply`` adds to each floating-point variable (``Binding.moved``)."""
-        self.parts = _by_dtype(variables, name, weight, overlap)
-        self.position = 0 if all(p.floating for p in self.parts) else process_set.rank()
-        self.call = BackgroundCall(lambda: [part.reduce(process_set) for part in self.parts])
-
-    def ready(self) -> bool:
-        return self.call.done()
-
-    def apply(self) -> None:
-        reduced = self.call.result(0.0, lambda: "apply() before the average completed")
-        moves: list[tuple[tf.Variable, tf.Tensor, float]] = []
-        for part, results in zip(self.parts, reduced, strict=True):
-            if not part.floating:
-                means = part.means(results, self.size)
-                for v, snapshot, mean in zip(part.variables, part.values, means, strict=True):
-                    share = _share(*mean, self.position)
-                    exact = corrected(tf.cast(v, tf.int64), share, snapshot, _clip)
-                    v.assign(_narrow(exact, v.dtype))
-                continue
-            averages, scale = part.received(results, self.size)
-            for v, snapshot, a in zip(part.variables, part.values, averages, strict=True):
-                move = a - snapshot
-                v.assign_add(tf.cast(scale, v.dtype) * move)
-                if self.moved is not None:
-                    moves.append((v, move, scale))
-        for v, move, scale in moves:  # once every variable is averaged
-            self.moved(v, move, scale)
 
 
 def _share(mean: tf.Tensor, remainder: tf.Tensor, position: int) -> tf.Tensor:

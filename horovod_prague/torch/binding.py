@@ -18,10 +18,90 @@ _hvd = originals(horovod.torch)
 _horovods_synchronize = originals(horovod.torch.mpi_ops).synchronize
 
 
+class TorchPendingAverage(PendingAverage):
+    """A snapshot of the tensors, averaged by Horovod in the background.
+
+    The same collectives as ``TorchBinding.average``: one per dtype, floating-point tensors
+    averaged, integer ones summed (``_sent_integers``). Two copies of each tensor: the
+    snapshot, to measure what the average changed, and the average (under
+    ``weighting=progress``, the weighted copy sent, averaged in place; otherwise the output
+    Horovod returns). With ``overlap``, each floating-point collective also carries this
+    rank's ``overlap.flag``, and the correction is scaled by ``overlap.scale`` of the group's
+    mean flag. Integer tensors (counters) take ``integer_share - snapshot`` of their sums,
+    whole (``PendingAverage.apply``), with this rank's position in ``process_set``, added
+    exactly (``integer_sums.corrected``). ``average`` stays separate: a blocking average must
+    set the tensor to the collective's result exactly (``t + (avg - t)`` may differ from
+    ``avg`` in the last bit), or ranks would not be bit-identical after a global average.
+    """
+
+    @torch.no_grad()
+    def __init__(
+        self,
+        tensors: Sequence[torch.Tensor],
+        name: str,
+        process_set: Any,
+        size: int,
+        weight: float | None = None,
+        overlap: Overlap | None = None,
+    ) -> None:
+        self.size = size
+        self.weight = weight
+        self.overlap = overlap
+        self.moved: Callable[[torch.Tensor, torch.Tensor, float], None] | None = None
+        """Told what ``apply`` adds to each floating-point tensor (``Binding.moved``)."""
+        self.targets = list(tensors)
+        self.position = 0 if all(_floating(t.dtype) for t in self.targets) else process_set.rank()
+        self.snapshots = [
+            t.detach().clone() if _floating(t.dtype) else _wide(t.detach()) for t in self.targets
+        ]
+        by_dtype: dict[torch.dtype, list[int]] = {}
+        for i, t in enumerate(self.targets):
+            by_dtype.setdefault(t.dtype, []).append(i)
+        self.parts: list[tuple[list[int], torch.dtype, int]] = []
+        for dtype, indices in by_dtype.items():
+            tag = f"{name}.{str(dtype).removeprefix('torch.')}"
+            floating = _floating(dtype)
+            data = [self.snapshots[i] for i in indices]
+            if floating:
+                handle = _average_async(_sent(data, weight, overlap), weight, tag, process_set)
+            else:
+                handle = _hvd.grouped_allreduce_async(
+                    _sent_integers(data, dtype), op=_hvd.Sum, name=tag, process_set=process_set
+                )
+            self.parts.append((indices, dtype, handle))
+
+    def ready(self) -> bool:
+        return all(_hvd.poll(handle) for _, _, handle in self.parts)
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        moves: list[tuple[torch.Tensor, torch.Tensor, float]] = []
+        for indices, dtype, handle in self.parts:
+            results, scale = _hvd.synchronize(handle), 1.0
+            floating = _floating(dtype)
+            if floating:
+                results, scale = _received(results, self.weight, self.overlap)
+            else:
+                means = _means(results, dtype, self.size)
+                results = [_share(mean, remainder, self.position) for mean, remainder in means]
+            for i, result in zip(indices, results, strict=True):
+                target = self.targets[i].data
+                if floating:
+                    move = result.to(target.dtype).sub_(self.snapshots[i])
+                    target.add_(move, alpha=scale)
+                    moves.append((self.targets[i], move, scale))
+                else:  # exactly, clamped to the dtype's range
+                    exact = corrected(_wide(target), result, self.snapshots[i], torch.clamp)
+                    target.copy_(_narrow(exact, target.dtype))
+        if self.moved is not None:  # once every tensor is averaged
+            for target, move, scale in moves:
+                self.moved(target, move, scale)
+
+
 class TorchBinding(Binding):
     """Averages tensors, grouped by dtype, with one fused Horovod collective per dtype."""
 
-    can_overlap = True
+    pending_average = TorchPendingAverage
 
     def tensors(self, source: Any) -> list[torch.Tensor]:
         if isinstance(source, torch.nn.Module):
@@ -89,101 +169,6 @@ class TorchBinding(Binding):
                             moves.append((original, move, scale))
         for t, move, scale in moves:  # once every tensor is averaged
             self.moved(t, move, scale)
-
-    @torch.no_grad()
-    def start_average(
-        self,
-        tensors: Sequence[torch.Tensor],
-        name: str,
-        process_set: Any,
-        size: int,
-        overlap: Overlap | None = None,
-    ) -> PendingAverage:
-        pending = TorchPendingAverage(
-            tensors, name, process_set, size, self.average_weight(), overlap
-        )
-        if self.follows_moves():
-            pending.moved = self.moved
-        return pending
-
-
-class TorchPendingAverage(PendingAverage):
-    """A snapshot of the tensors, averaged by Horovod in the background.
-
-    The same collectives as ``TorchBinding.average``: one per dtype, floating-point tensors
-    averaged, integer ones summed (``_sent_integers``). Two copies of each tensor: the
-    snapshot, to measure what the average changed, and the average (under
-    ``weighting=progress``, the weighted copy sent, averaged in place; otherwise the output
-    Horovod returns). With ``overlap``, each floating-point collective also carries this
-    rank's ``overlap.flag``, and the correction is scaled by ``overlap.scale`` of the group's
-    mean flag. Integer tensors (counters) take ``integer_share - snapshot`` of their sums,
-    whole (``PendingAverage.apply``), with this rank's position in ``process_set``, added
-    exactly (``integer_sums.corrected``). ``average`` stays separate: a blocking average must
-    set the tensor to the collective's result exactly (``t + (avg - t)`` may differ from
-    ``avg`` in the last bit), or ranks would not be bit-identical after a global average.
-    """
-
-    def __init__(
-        self,
-        tensors: Sequence[torch.Tensor],
-        name: str,
-        process_set: Any,
-        size: int,
-        weight: float | None = None,
-        overlap: Overlap | None = None,
-    ) -> None:
-        self.size = size
-        self.weight = weight
-        self.overlap = overlap
-        self.moved: Callable[[torch.Tensor, torch.Tensor, float], None] | None = None
-        """Told what ``apply`` adds to each floating-point tensor (``Binding.moved``)."""
-        self.targets = list(tensors)
-        self.position = 0 if all(_floating(t.dtype) for t in self.targets) else process_set.rank()
-        self.snapshots = [
-            t.detach().clone() if _floating(t.dtype) else _wide(t.detach()) for t in self.targets
-        ]
-        by_dtype: dict[torch.dtype, list[int]] = {}
-        for i, t in enumerate(self.targets):
-            by_dtype.setdefault(t.dtype, []).append(i)
-        self.parts: list[tuple[list[int], torch.dtype, int]] = []
-        for dtype, indices in by_dtype.items():
-            tag = f"{name}.{str(dtype).removeprefix('torch.')}"
-            floating = _floating(dtype)
-            data = [self.snapshots[i] for i in indices]
-            if floating:
-                handle = _average_async(_sent(data, weight, overlap), weight, tag, process_set)
-            else:
-                handle = _hvd.grouped_allreduce_async(
-                    _sent_integers(data, dtype), op=_hvd.Sum, name=tag, process_set=process_set
-                )
-            self.parts.append((indices, dtype, handle))
-
-    def ready(self) -> bool:
-        return all(_hvd.poll(handle) for _, _, handle in self.parts)
-
-    @torch.no_grad()
-    def apply(self) -> None:
-        moves: list[tuple[torch.Tensor, torch.Tensor, float]] = []
-        for indices, dtype, handle in self.parts:
-            results, scale = _hvd.synchronize(handle), 1.0
-            floating = _floating(dtype)
-            if floating:
-                results, scale = _received(results, self.weight, self.overlap)
-            else:
-                means = _means(results, dtype, self.size)
-                results = [_share(mean, remainder, self.position) for mean, remainder in means]
-            for i, result in zip(indices, results, strict=True):
-                target = self.targets[i].data
-                if floating:
-                    move = result.to(target.dtype).sub_(self.snapshots[i])
-                    target.add_(move, alpha=scale)
-                    moves.append((self.targets[i], move, scale))
-                else:  # exactly, clamped to the dtype's range
-                    exact = corrected(_wide(target), result, self.snapshots[i], torch.clamp)
-                    target.copy_(_narrow(exact, target.dtype))
-        if self.moved is not None:  # once every tensor is averaged
-            for target, move, scale in moves:
-                self.moved(target, move, scale)
 
 
 def _weighted(data: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]:
