@@ -14,7 +14,7 @@
 # (marker ``long``).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest -q -p no:cacheprovider -m "timing or long" tests/integration "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider -m "timing or long" tests/integration tests/conformance "$@"
 PRAGUE_SOAK_RANKS=8 PRAGUE_SOAK_STEPS=2000 .venv/bin/python -m pytest -q -p no:cacheprovider \
     tests/integration/test_prague.py -k many_steps "$@"
 PRAGUE_INT_RANKS=8 PRAGUE_INT_STEPS=500 .venv/bin/python -m pytest -q -p no:cacheprovider \

@@ -30,6 +30,8 @@ A script's header (its first 30 lines) says what to expect, in comment lines
   test leaves out ``-H``, which Horovod refuses beside it); ``prague-args=<arguments>``, added
   to the ``--prague`` run only (Prague's options, where a script is meant to meet a path the
   defaults reach rarely).
+- ``long=<reason>``: CI leaves the script out for time (marker ``long``; ``scripts/stress.sh``
+  runs it); the reason names the tests that cover its path in CI.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ KEYS = (
     "framework",
     "args",
     "prague-args",
+    "long",
 )
 _KEY_AT = re.compile(r"(?:^|,)\s*(" + "|".join(re.escape(k) for k in KEYS) + r")\s*=")
 
@@ -85,6 +88,7 @@ class Header:
     framework: str = "torch"
     args: tuple[str, ...] = ()
     prague_args: tuple[str, ...] = ()
+    long: str | None = None
 
     @property
     def expected_texts(self) -> list[str]:
@@ -122,6 +126,7 @@ def parse_header(text: str, where: str = "script") -> Header:
                 "known-failure",
                 "args",
                 "prague-args",
+                "long",
             )
             end = None if key in free or after is None else after.start()
             value = body[this.end() : end].strip()
@@ -141,6 +146,7 @@ def parse_header(text: str, where: str = "script") -> Header:
             framework=found.get("framework", "torch"),
             args=tuple(shlex.split(found.get("args", ""))),
             prague_args=tuple(shlex.split(found.get("prague-args", ""))),
+            long=found.get("long"),
         )
     except ValueError as e:
         raise ValueError(f"{where}: a bad conformance value: {e}") from None
@@ -157,6 +163,20 @@ def parse_header(text: str, where: str = "script") -> Header:
 
 def corpus() -> list[Path]:
     return sorted(p for p in SCRIPTS.glob("*.py") if p.name != "harness.py")
+
+
+def _corpus_params() -> list:
+    """The corpus as test parameters, a script whose header says ``long=`` marked ``long``
+    (a header that cannot be read is not: its test reports the error)."""
+    params = []
+    for script in corpus():
+        try:
+            long = parse_header(script.read_text(), str(script)).long is not None
+        except ValueError:
+            long = False
+        marks = [pytest.mark.long] if long else []
+        params.append(pytest.param(script, id=script.stem, marks=marks))
+    return params
 
 
 @dataclasses.dataclass
@@ -291,7 +311,7 @@ def check_reports(run: Run, np: int) -> tuple[str, float]:
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("script", corpus(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("script", _corpus_params())
 def test_script(script: Path, tmp_path: Path, record_property) -> None:
     header = parse_header(script.read_text(), str(script))
     stock = run_script(script, header, tmp_path, prague=False)

@@ -16,11 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
 CONTROLLERS = ("gloo", "mpi")
+
+# A stock run of a scenario shows that the scenario is sound under stock Horovod; it tests
+# Horovod, not this project, so CI leaves it out for time (marker ``long``, which
+# scripts/stress.sh runs). The launcher flags of both runs, as parameters:
+STOCK_OR_PRAGUE = [
+    pytest.param((), id="stock", marks=pytest.mark.long),
+    pytest.param(("--prague",), id="prague"),
+]
 
 
 STARTED_LOGS: list[Path] = []

@@ -57,7 +57,11 @@ def test_horovods_process_sets_argument_works_with_prague(tmp_path, variant):
             assert rep["own_sum"] == 2.0, rep
 
 
-@pytest.mark.parametrize(("victim", "framework"), [(0, "torch"), (2, "torch"), (2, "tensorflow")])
+# A rank other than 0 hung: CI runs TensorFlow's case; PyTorch's is left out for time.
+@pytest.mark.parametrize(
+    ("victim", "framework"),
+    [(0, "torch"), pytest.param(2, "torch", marks=pytest.mark.long), (2, "tensorflow")],
+)
 def test_a_hung_rank_stops_the_others_with_an_error_naming_it(tmp_path, victim, framework):
     """Rank ``victim`` stops stepping (rank 0 holds the Group Generator). Every other rank
     stops within the Prague timeout (6 s) with an error naming its group and the victim:

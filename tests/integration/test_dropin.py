@@ -44,7 +44,8 @@ def _steps(job):
     return list(zip(*hashes, strict=True))
 
 
-@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+# Stock under MPI: test_setup's plain mpirun launch covers it in CI.
+@pytest.mark.parametrize("controller", ["gloo", pytest.param("mpi", marks=pytest.mark.long)])
 def test_without_the_flag_the_example_is_stock_horovod(tmp_path, controller):
     job = run_ranks("unmodified.py", tmp_path, controller=controller, args=EXAMPLE_ARGS).check()
     assert not any(rep["drop_in"] for rep in job.reports)
@@ -161,11 +162,10 @@ def test_a_script_may_call_init_again_as_with_stock_horovod(tmp_path, script):
 @pytest.mark.parametrize(
     ("script", "flags"),
     [
-        ("join_uneven.py", ()),
-        ("join_uneven.py", ("--prague",)),
-        ("tf_join_uneven.py", ("--prague",)),
+        pytest.param("join_uneven.py", (), id="torch-stock", marks=pytest.mark.long),
+        pytest.param("join_uneven.py", ("--prague",), id="torch-prague"),
+        pytest.param("tf_join_uneven.py", ("--prague",), id="tensorflow-prague"),
     ],
-    ids=["torch-stock", "torch-prague", "tensorflow-prague"],
 )
 def test_join_with_uneven_shards_ends_each_epoch_with_one_model(tmp_path, script, flags):
     """Issue 24, item 4: ``hvd.join()`` with uneven shards (12 to 36 steps over two epochs on

@@ -9,7 +9,7 @@ other host's ranks.
 from __future__ import annotations
 
 import pytest
-from launch import BIN, discovery_script, run_ranks
+from launch import BIN, STOCK_OR_PRAGUE, discovery_script, run_ranks
 
 pytestmark = pytest.mark.multirank
 
@@ -57,11 +57,10 @@ def _survivors_of_a_lost_worker(script, tmp_path, flags):
 @pytest.mark.parametrize(
     ("script", "flags"),
     [
-        ("elastic_torch.py", ()),
-        ("elastic_torch.py", ("--prague",)),
-        ("tf_elastic.py", ("--prague",)),
+        pytest.param("elastic_torch.py", (), id="torch-stock", marks=pytest.mark.long),
+        pytest.param("elastic_torch.py", ("--prague",), id="torch-prague"),
+        pytest.param("tf_elastic.py", ("--prague",), id="tensorflow-prague"),
     ],
-    ids=["torch-stock", "torch-prague", "tensorflow-prague"],
 )
 def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, script, flags):
     """Stock Horovod and the flag alike: the worker on ``127.0.0.1`` dies at step 12; the two
@@ -78,7 +77,7 @@ def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, scr
         assert len({rep["model"] for rep in reports}) == 1
 
 
-@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
+@pytest.mark.parametrize("flags", STOCK_OR_PRAGUE)
 def test_keras_fit_with_the_elastic_callbacks_survives_a_lost_worker(tmp_path, flags):
     """``model.fit`` in ``hvd.elastic.run`` with ``KerasState`` and Horovod's elastic
     callbacks (``workers/keras_elastic.py``): the step is Keras's ``tf.function``. The worker
@@ -92,7 +91,7 @@ def test_keras_fit_with_the_elastic_callbacks_survives_a_lost_worker(tmp_path, f
     assert all(rep["epoch"] == 4 for rep in reports)
 
 
-@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
+@pytest.mark.parametrize("flags", STOCK_OR_PRAGUE)
 def test_rank_0_lost_leaves_survivors_that_finish_with_one_model(tmp_path, flags):
     """Rank 0 dies at step 12, and under the flag its Group Generator with it: the two ranks
     on the other host reset, one of them becomes rank 0 of the world of 2 and starts a new
@@ -212,7 +211,7 @@ def _discovered_job(
     ).check()
 
 
-@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
+@pytest.mark.parametrize("flags", STOCK_OR_PRAGUE)
 def test_a_host_added_by_discovery_joins_from_the_committed_model(tmp_path, flags):
     """The job starts on ``localhost`` alone; at step 10 the discovery script starts listing
     ``127.0.0.1`` too. Horovod's driver starts workers there, the others reset at their next
@@ -240,7 +239,7 @@ def test_a_host_added_by_discovery_joins_from_the_committed_model(tmp_path, flag
         assert len({rep["model"] for rep in reports}) == 1
 
 
-@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
+@pytest.mark.parametrize("flags", STOCK_OR_PRAGUE)
 def test_a_host_removed_by_discovery_leaves_the_others_going_on(tmp_path, flags):
     """The job starts on ``localhost`` and ``127.0.0.1``; at step 10 the discovery script
     lists ``localhost`` alone. Its two ranks reset at their next commit, without restoring

@@ -30,7 +30,10 @@ def _check_collectives(rank: int, used: dict[str, dict[str, object]]) -> None:
             assert result == {}, (name, result)
 
 
-@pytest.mark.parametrize("prague", [False, True], ids=["stock", "prague"])
+@pytest.mark.parametrize(
+    "prague",
+    [pytest.param(False, id="stock", marks=pytest.mark.long), pytest.param(True, id="prague")],
+)
 def test_dynamic_sets_the_script_adds_mid_training_work_as_in_stock_horovod(tmp_path, prague):
     """``hvd.init(process_sets="dynamic")``; after some steps, with random slowdowns, the
     script adds ``[0, 1]`` and ``[2, 3]`` (sets Prague registered for its pairs too),
@@ -62,7 +65,10 @@ def test_dynamic_sets_the_script_adds_mid_training_work_as_in_stock_horovod(tmp_
             assert [0, 1] not in table, table
 
 
-@pytest.mark.parametrize("prague", [False, True], ids=["stock", "prague"])
+@pytest.mark.parametrize(
+    "prague",
+    [pytest.param(False, id="stock", marks=pytest.mark.long), pytest.param(True, id="prague")],
+)
 def test_static_sets_given_to_init_work_as_in_stock_horovod(tmp_path, prague):
     """``hvd.init(process_sets=[ProcessSet([0, 1]), ProcessSet([2, 3]),
     ProcessSet([0, 1, 2])])``, two of them with the ranks of Prague's pairs: named and unnamed

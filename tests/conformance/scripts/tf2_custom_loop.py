@@ -10,6 +10,7 @@ with ``hvd.allreduce`` and gathered with ``hvd.allgather``, eagerly and inside a
 
 # conformance: framework=tensorflow
 # conformance: metric=accuracy, tolerance=0.03
+# conformance: long=test_multihost runs it with --prague across two hosts
 # conformance: known-gap=0.754-0.780 in 16 --prague runs, stock 0.798 (128 steps), cause open
 
 import argparse

@@ -10,6 +10,7 @@ gathered, a value broadcast from the pair's first worker), each checked against 
 
 # conformance: framework=torch
 # conformance: prague-args=--prague-staleness 0
+# conformance: long=test_script_process_sets runs static sets given to init with --prague
 # conformance: metric=accuracy, tolerance=0.04
 # With blocking averages (staleness 0), a pair's collective right after a step meets a partner
 # that may still wait in a group average with it: the path where members must settle first.
