@@ -129,7 +129,7 @@ def main() -> None:
             "steps": a.steps,
             "samples": int(state.samples),
             "wall": end - world.started,
-            "final_accuracy": trainer.accuracy(),
+            "final_accuracy": trainer.test()[0],
             "same_model_on_every_rank": len(set(digests)) == 1,
             "worlds": reports,
             "exchange_stats": stats_per_rank,

@@ -73,12 +73,10 @@ class FrameworkTrainer(Trainer):
     def step(self, batch: np.ndarray) -> None:
         self.train_step(self.x[batch], self.y[batch])
 
-    def accuracy(self) -> float:
-        predicted = np.argmax(self.model(self.x_test, training=False).numpy(), axis=1)
-        return float(np.mean(predicted == self.y_test))
-
-    def loss(self) -> float:
-        return float(self.loss_fn(self.y_test, self.model(self.x_test, training=False)))
+    def test(self) -> tuple[float, float]:
+        logits = self.model(self.x_test, training=False)
+        predicted = np.argmax(logits.numpy(), axis=1)
+        return float(np.mean(predicted == self.y_test)), float(self.loss_fn(self.y_test, logits))
 
     def digest(self) -> str:
         h = hashlib.sha256()

@@ -71,14 +71,7 @@ class FrameworkTrainer(Trainer):
             if handle is not None:
                 wait_until(lambda h=handle: hvd.poll(h), 600, lambda: "all-reduce timed out")
 
-    def accuracy(self) -> float:
-        return self._test()[0]
-
-    def loss(self) -> float:
-        return self._test()[1]
-
-    def _test(self) -> tuple[float, float]:
-        """Accuracy and mean cross-entropy (nats) on the test set, in eval mode."""
+    def test(self) -> tuple[float, float]:
         self.model.eval()
         with torch.no_grad():
             logits = self.model(self.x_test)

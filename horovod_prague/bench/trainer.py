@@ -47,12 +47,9 @@ class Trainer(abc.ABC):
         """One training step on the examples ``batch``: local gradients, then the wrapper's."""
 
     @abc.abstractmethod
-    def accuracy(self) -> float:
-        """This rank's model's test accuracy."""
-
-    @abc.abstractmethod
-    def loss(self) -> float:
-        """This rank's model's mean cross-entropy on the test set, in nats."""
+    def test(self) -> tuple[float, float]:
+        """This rank's model on the test set, in one pass: its accuracy and its mean
+        cross-entropy in nats."""
 
     @abc.abstractmethod
     def digest(self) -> str:

@@ -128,7 +128,7 @@ def main() -> None:
         if rank == 0 and ((step + 1) % a.eval_every == 0 or step + 1 == my_steps):
             t = time.perf_counter()
             samples = (step + 1) * a.batch * size
-            curve.append((t - start - eval_time, samples, trainer.accuracy()))
+            curve.append((t - start - eval_time, samples, trainer.test()[0]))
             eval_time += time.perf_counter() - t
     trained = time.perf_counter()
     trainer.end()
@@ -139,6 +139,7 @@ def main() -> None:
     stats = prague.exchange_stats() if prague is not None else None
     stats_per_rank = trainer.allgather_object(stats, name="bench.stats")
     if rank == 0:
+        final_accuracy, final_loss = trainer.test()
         result = {
             "framework": a.framework,
             "workload": a.workload,
@@ -147,8 +148,8 @@ def main() -> None:
             "steps_per_rank": steps_per_rank,
             "wall": end - start - eval_time,
             "train_wall": trained - start - eval_time,
-            "final_accuracy": trainer.accuracy(),
-            "final_loss": trainer.loss(),
+            "final_accuracy": final_accuracy,
+            "final_loss": final_loss,
             "same_model_on_every_rank": len(set(digests)) == 1,
             "exchange_stats": stats_per_rank,
             "curve": curve,

@@ -12,8 +12,14 @@ from horovod_prague.bench.torch_models import build, lr_schedule
 from horovod_prague.bench.workload import WORKLOADS
 
 
-def test_the_language_models_labels_are_the_next_bytes_and_its_test_text_is_held_out():
-    data = datasets.stdlib_text()
+@pytest.fixture(scope="module")
+def lm_data() -> dict[str, np.ndarray]:
+    """The language model's data, made once for the module (it reads the standard library)."""
+    return datasets.stdlib_text()
+
+
+def test_the_language_models_labels_are_the_next_bytes_and_its_test_text_is_held_out(lm_data):
+    data = lm_data
     x, y = data["x"], data["y"]
     assert x.shape == (datasets.LM_TRAIN_WINDOWS, datasets.CONTEXT) == y.shape
     assert data["x_test"].shape == (datasets.LM_TEST_WINDOWS, datasets.CONTEXT)
@@ -33,9 +39,12 @@ def test_a_workloads_data_is_made_once_and_the_same_from_the_cache(tmp_path):
 
 
 @pytest.mark.parametrize("workload", ["mnist1d", "bn-mlp", "lm"])
-def test_every_workloads_model_trains_its_loss_down(workload):
-    data = {"mnist1d": None, "bn-mlp": datasets.teacher(), "lm": datasets.stdlib_text()}[workload]
-    if data is None:
+def test_every_workloads_model_trains_its_loss_down(workload, request):
+    if workload == "lm":
+        data = request.getfixturevalue("lm_data")
+    elif workload == "bn-mlp":
+        data = datasets.teacher()
+    else:
         data = {"x": np.random.default_rng(0).standard_normal((64, 40)).astype(np.float32)}
         data["y"] = (data["x"][:, 0] > 0).astype(np.int64)
     torch.manual_seed(0)
