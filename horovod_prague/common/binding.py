@@ -23,9 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
-from . import diagnosis
 from .config import PragueConfig
-from .group_generator import Owed, WorldGroup, holding_up
+from .group_generator import Owed, WorldGroup
 from .overlap import (
     BackgroundCall,
     GroupWaitTimeout,
@@ -36,9 +35,9 @@ from .overlap import (
     wait_until,
 )
 from .process_sets import PRAGUE_PREFIX
-from .protocol import CoordinatorTimeout
-from .runtime import PragueRuntime, elastic, initialize
-from .script_collectives import Started, not_reached
+from .runtime import PragueRuntime, initialize
+from .script_collectives import Started
+from .stopped import late_script_collective, naming_the_stopped_rank, who_did_not_reach
 from .strategies import Group
 
 T = TypeVar("T")
@@ -51,39 +50,6 @@ an entry per tensor and name (1024 per process set by default): two names leave 
 models of up to 512 tensors."""
 
 
-def _naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method``, whose errors that say a rank is gone also name the rank that most likely
-    holds it up, or the ranks and host that are lost (same exception type, longer message)."""
-
-    @functools.wraps(method)
-    def call(self: Binding, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as e:
-            if getattr(e, "names_the_stopped_rank", False):
-                raise
-            gone = _says_a_rank_is_gone(e)
-            if elastic() and (gone or _process_set_dropped(e)):
-                # Horovod elastic resets; the survivors' new world names no one.
-                if _is_horovod_internal(e):
-                    raise
-                raise _for_elastic(e) from e
-            if not gone:
-                raise
-            if isinstance(e, GroupWaitTimeout):
-                named = GroupWaitTimeout(f"{e}. {self._holding_up(e.group)}")
-                named.group = e.group
-                named.names_the_stopped_rank = True  # type: ignore[attr-defined]
-                raise named from None
-            named = _with_more(e, self._gone())
-            named.names_the_stopped_rank = True  # type: ignore[attr-defined]
-            if named is e:
-                raise
-            raise named from e
-
-    return call
-
-
 def is_global(process_set: Any) -> bool:
     """Whether ``process_set`` (None: the default) is Horovod's global process set."""
     return process_set is None or process_set.process_set_id == 0
@@ -94,52 +60,6 @@ def ranks_of(rt: PragueRuntime, process_set: Any) -> Group:
     if is_global(process_set):
         return rt.world
     return tuple(sorted(process_set.ranks))
-
-
-def _says_a_rank_is_gone(error: Exception) -> bool:
-    """A missed deadline, a Group Generator that is gone or silent, or Horovod's own error (a
-    peer's connection closed: Horovod shuts down and fails every collective)."""
-    return (
-        isinstance(error, (GroupWaitTimeout, ConnectionError, CoordinatorTimeout))
-        or _is_horovod_internal(error)
-        # TensorFlow's Horovod ops fail with the framework's own error type, saying so.
-        or "Horovod has been shut down" in str(error)
-    )
-
-
-def _process_set_dropped(error: Exception) -> bool:
-    """Horovod no longer has a process set that Prague registered for this world. Under
-    elastic a survivor's group average failed so after a lost peer, where it should reset
-    (TensorFlow: once in a CI run, once in 3 runs with ``patches/0010``; PyTorch, from
-    Horovod's Python side: once in a CI run); which path in
-    Horovod drops the set while it is not yet shut down is not found."""
-    message = str(error)  # Horovod's C++ ops and its Python side word it differently
-    return "Process set" in message and "does not exist" in message
-
-
-def _for_elastic(error: Exception) -> Exception:
-    """``error`` as Horovod's ``HorovodInternalError``, on which ``hvd.elastic.run`` restores
-    the last committed state and resets instead of ending the job."""
-    from horovod.common.exceptions import HorovodInternalError
-
-    internal = HorovodInternalError(f"{type(error).__name__}: {error}")
-    internal.names_the_stopped_rank = True  # type: ignore[attr-defined]
-    return internal
-
-
-def _is_horovod_internal(error: Exception) -> bool:
-    return any(cls.__name__ == "HorovodInternalError" for cls in type(error).__mro__)
-
-
-def _with_more(error: Exception, more: str) -> Exception:
-    """``error``'s type with ``more`` after its message (a note where the type cannot)."""
-    if not more:
-        return error
-    try:
-        return type(error)(f"{error}. {more}")
-    except TypeError:
-        error.add_note(more)
-        return error
 
 
 MoveFollower = Callable[[Any, Any, float], None]
@@ -310,7 +230,7 @@ class Binding(abc.ABC):
         """The options this job runs with."""
         return self.runtime().config
 
-    @_naming_the_stopped_rank
+    @naming_the_stopped_rank
     def next_group(self) -> Group:
         """Ask the Group Generator for this rank's next group (sorted ranks); blocks until known.
 
@@ -321,7 +241,7 @@ class Binding(abc.ABC):
         self._exchanges_since_consensus += 1
         return group
 
-    @_naming_the_stopped_rank
+    @naming_the_stopped_rank
     def partial_allreduce(self, tensors: Any, group: Group) -> None:
         """Average ``tensors`` in place with the other ranks of ``group`` (P-Reduce); blocks.
 
@@ -365,7 +285,7 @@ class Binding(abc.ABC):
         self._last_exchanged = values
         self._exchanges_since_consensus += 1
 
-    @_naming_the_stopped_rank
+    @naming_the_stopped_rank
     def exchange(self, tensors: Any) -> Group | None:
         """This step's group average, as ``DistributedOptimizer.step`` takes it.
 
@@ -524,90 +444,11 @@ class Binding(abc.ABC):
                 return
             except GroupWaitTimeout:
                 with contextlib.suppress(Exception):  # the error at the end says what is known
-                    earlier.append(self._who_did_not_reach(started))
-            wait(timeout - half, lambda: self._late_script_collective(started, timeout, earlier))
-
-    def _who_did_not_reach(self, started: Started) -> str:
-        """Which members of ``started``'s set did not reach it, as the Group Generator says;
-        raises where it cannot say."""
-        rt = self.runtime()
-        stats = rt.client.stats()
-        collectives = stats.get("collectives") or [None] * rt.topology.size
-        silence = stats.get("silence") or [0.0] * rt.topology.size
-        return not_reached(started, rt.rank, collectives, silence)
-
-    def _late_script_collective(self, started: Started, timeout: float, earlier: list[str]) -> str:
-        """What a script's collective that missed its deadline says (``earlier``: who had
-        not reached it half way)."""
-        try:
-            who = self._who_did_not_reach(started)
-        except Exception as e:  # noqa: BLE001  (the error says what is known)
-            who = (
-                f"{earlier[0]}, half way through the wait (the Group Generator did not answer "
-                f"at its end: {e})"
-                if earlier
-                else f"the Group Generator did not answer ({e}), so who did not reach it is unknown"
+                    earlier.append(who_did_not_reach(self.runtime(), started))
+            wait(
+                timeout - half,
+                lambda: late_script_collective(self.runtime(), started, timeout, earlier),
             )
-        return (
-            f"Horovod collective {started.name!r} on ranks {list(started.ranks)} did not "
-            f"complete within {timeout:g} s: {who}. Every member of a process set must call "
-            "its collectives in one order; if a rank may take longer than that to reach one, "
-            "raise the timeout (--prague-timeout, HOROVOD_PRAGUE_TIMEOUT)"
-        )
-
-    def _holding_up(self, group: Group | None) -> str:
-        """Which rank most likely holds up this rank's wait on ``group``, and which ranks and
-        hosts are gone.
-
-        Ranks report the groups they wait on long (``awaiting``): following who waits on
-        whom from ``group`` leads to the ranks that wait on nothing, which have stopped or
-        hung. Without ``group``, or where that finds none, the rank that has not asked the
-        Group Generator for anything for the longest time. Then (``diagnosis``) the ranks
-        whose connection ended before they finished, and hosts none of whose ranks has been
-        heard from for a quarter of the timeout.
-        """
-        rt = self.runtime()
-        try:
-            stats = rt.client.stats()
-        except Exception as e:  # noqa: BLE001  (any failure here says rank 0 is in trouble)
-            return (
-                f"The Group Generator on rank 0 did not answer either ({e}): "
-                f"{diagnosis.unreachable_generator(rt.hosts)}"
-            )
-        if diagnosis.partly_lost(stats.get("lost") or [], rt.hosts):
-            time.sleep(diagnosis.LOSS_SETTLE_S)  # the rest of that host may be going too
-            with contextlib.suppress(Exception):
-                stats = rt.client.stats()
-        silence: list[float | None] = stats.get("silence") or []
-        waits = [None if w is None else tuple(w) for w in stats.get("waits") or []]
-        lost = diagnosis.gone(stats.get("lost") or [], rt.hosts)
-        cut_off = diagnosis.silent_hosts(rt.hosts, silence, waits, rt.config.timeout / 4)
-        hosts = "".join(f". {part}" for part in (lost, cut_off) if part)
-        if group is not None and len(waits) == len(silence):
-            stopped = [r for r in holding_up(group, rt.rank, waits) if silence[r] is not None]
-            if stopped:
-                who = f"Rank {stopped[0]}" if len(stopped) == 1 else f"Ranks {stopped}"
-                ago = ", ".join(f"{silence[r]:.1f} s" for r in stopped)
-                return (
-                    f"{who} held up group {list(group)}: waited for, directly or through "
-                    f"other groups, while waiting on no group, and silent towards the Group "
-                    f"Generator for {ago}: most likely stopped or hung{hosts}"
-                )
-        candidates = [r for r, seconds in enumerate(silence) if seconds is not None]
-        if not candidates:
-            return hosts[2:]
-        silent = max(candidates, key=silence.__getitem__)
-        return (
-            f"Rank {silent} last asked the Group Generator for a group {silence[silent]:.1f} s "
-            "ago, the longest of all ranks: most likely it stopped or hung, holding up every "
-            f"group that waits for it{hosts}"
-        )
-
-    def _gone(self) -> str:
-        """After an error that says a rank is gone: which ranks and hosts (``_holding_up``)."""
-        if self._runtime is None or not self._runtime.started:
-            return ""
-        return self._holding_up(None)
 
     def _occurrence(self, group: Group, values: Sequence[Any]) -> str:
         """The collective name of ``group``'s next occurrence on this rank.
@@ -644,13 +485,13 @@ class Binding(abc.ABC):
         for _ in range(owed.world_averages):
             self._average_group(world_values, self.runtime().world, consensus=True)
 
-    @_naming_the_stopped_rank
+    @naming_the_stopped_rank
     def drain(self) -> None:
         """Wait for this rank's group averages in flight, if any, and apply them."""
         if self._averager is not None:
             self._averager.drain()
 
-    @_naming_the_stopped_rank
+    @naming_the_stopped_rank
     def average_model(self, model_or_tensors: Any) -> bool:
         """Average over all ranks; afterwards every rank holds the same values (consensus).
 
@@ -696,7 +537,7 @@ class Binding(abc.ABC):
             )
         self._exchanges_since_consensus = 0
 
-    @_naming_the_stopped_rank
+    @naming_the_stopped_rank
     def finish(self, model_or_tensors: Any, average: bool = True) -> None:
         """Leave the Group Generator at the end of training, then (by default) average globally.
 
@@ -711,7 +552,7 @@ class Binding(abc.ABC):
         if average:
             self.average_model(values)
 
-    @_naming_the_stopped_rank
+    @naming_the_stopped_rank
     def join(self, horovod_join: Callable[[], T]) -> T:
         """Horovod's ``join`` (``horovod_join``) under Prague, for ranks with uneven data.
 
@@ -859,7 +700,7 @@ class Binding(abc.ABC):
             return
         self.average_model(self.tracked())
 
-    @_naming_the_stopped_rank
+    @naming_the_stopped_rank
     def settle(self, process_set: Any) -> None:
         """Before the script's collective on ``process_set``, a set of some ranks: run what
         this rank owes (``GroupGenerator.settle``), held until every member has, so that no

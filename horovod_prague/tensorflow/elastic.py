@@ -29,8 +29,8 @@ from horovod.common.elastic import run_fn
 from horovod.common.exceptions import HorovodInternalError
 from horovod.tensorflow.elastic import TensorFlowKerasState, TensorFlowState
 
-from ..common.binding import _process_set_dropped, _says_a_rank_is_gone
 from ..common.import_hook import patch_horovod
+from ..common.stopped import process_set_dropped, says_a_rank_is_gone
 from .binding import binding
 
 __all__ = ["TensorFlowKerasState", "TensorFlowState", "run"]
@@ -58,10 +58,10 @@ def lost_worker(error: Exception) -> bool:
     if isinstance(error, tf.errors.UnknownError):
         return (
             bool(_HOROVOD_OP.search(message))
-            or _says_a_rank_is_gone(error)
+            or says_a_rank_is_gone(error)
             or ("HorovodInternalError" in message)
         )
-    return isinstance(error, tf.errors.InvalidArgumentError) and _process_set_dropped(error)
+    return isinstance(error, tf.errors.InvalidArgumentError) and process_set_dropped(error)
 
 
 def run(func: Callable[..., Any]) -> Callable[..., Any]:

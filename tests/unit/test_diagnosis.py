@@ -6,6 +6,7 @@ from in_process import Collectives, InProcessBinding, InProcessRuntime, random_g
 
 from horovod_prague.common import diagnosis
 from horovod_prague.common.diagnosis import gone, silent_hosts, unreachable_generator
+from horovod_prague.common.stopped import who_is_gone
 
 HOSTS = ["h1", "h1", "h2", "h2"]
 
@@ -59,7 +60,7 @@ def test_a_rank_finding_part_of_a_host_lost_asks_again_and_names_the_whole_host(
     rt.hosts = ["h1", "h1", "h2", "h2"]
     rt.config.timeout = 8.0
     rt.client = types.SimpleNamespace(stats=lambda: next(replies))
-    assert "Host h2 (ranks [2, 3]) is most likely lost" in binding._gone()
+    assert "Host h2 (ranks [2, 3]) is most likely lost" in who_is_gone(binding._runtime)
 
 
 def test_a_rank_of_a_host_lost_alone_is_named_alone():
@@ -68,5 +69,5 @@ def test_a_rank_of_a_host_lost_alone_is_named_alone():
     rt.hosts = ["h1", "h1", "h2", "h2"]
     rt.config.timeout = 8.0
     rt.client = types.SimpleNamespace(stats=lambda: {"lost": [3]})
-    assert "Rank 3 (host h2) lost its connection" in binding._gone()
+    assert "Rank 3 (host h2) lost its connection" in who_is_gone(binding._runtime)
     assert not diagnosis.partly_lost([], rt.hosts)
