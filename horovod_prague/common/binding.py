@@ -66,6 +66,33 @@ MoveFollower = Callable[[Any, Any, float], None]
 """Told ``(tensor, move, scale)`` when a group average added ``scale * move`` to ``tensor``."""
 
 
+@dataclasses.dataclass
+class Job:
+    """What a ``Binding`` holds for one job's world. Made at start; an elastic ``reset``
+    replaces it, so that nothing of a lost world reaches the next."""
+
+    runtime: PragueRuntime | None = None
+    """The Group Generator connection, the options and process sets (None before ``init``)."""
+    averager: OverlappedAverager | None = None
+    """The group averages in flight, where the job overlaps them."""
+    occurrences: collections.Counter[Group] = dataclasses.field(
+        default_factory=collections.Counter
+    )
+    """How many averages of each group this rank has started (``Binding._occurrence``)."""
+    last_exchanged: list[Any] = dataclasses.field(default_factory=list)
+    """The tensors the last Prague step averaged (``Binding.tracked`` without a model)."""
+    exchanges_since_consensus: int = 0
+    """Prague steps since the last consensus (the guard's count)."""
+    exchange_counts: collections.Counter[str] = dataclasses.field(
+        default_factory=collections.Counter
+    )
+    """``exchange_stats``'s counters."""
+    exchange_s: float = 0.0
+    """Seconds spent in Prague steps."""
+    stepping_thread: int | None = None
+    """The thread that took the last Prague step (``threading.get_ident``)."""
+
+
 class Binding(abc.ABC):
     """Prague's API over one framework's Horovod module."""
 
@@ -86,17 +113,9 @@ class Binding(abc.ABC):
         self._new_job()
 
     def _new_job(self) -> None:
-        """Forget the state of the job's world: the Group Generator connection, averages in
-        flight, collective names, step counts. Made at start and by an elastic ``reset``."""
-        self._runtime: PragueRuntime | None = None
-        self._averager: OverlappedAverager | None = None
-        self._occurrences: collections.Counter[Group] = collections.Counter()
-        self._last_exchanged: list[Any] = []
-        self._exchanges_since_consensus = 0
-        self._exchange_counts: collections.Counter[str] = collections.Counter()
-        self._exchange_s = 0.0
-        self.stepping_thread: int | None = None
-        """The thread that took the last Prague step (``threading.get_ident``)."""
+        """Forget the state of the job's world (``Job``): at start and at an elastic
+        ``reset``."""
+        self.job = Job()
 
     @abc.abstractmethod
     def tensors(self, source: Any) -> list[Any]:
@@ -168,7 +187,7 @@ class Binding(abc.ABC):
         call = InitCall(
             comm, process_sets, prague_options, PragueConfig.from_sources(prague_options)
         )
-        if self._runtime is not None and self._init_call is not None:
+        if self.job.runtime is not None and self._init_call is not None:
             self._init_call.check_same(call)
             return
         first = self._init_call is None
@@ -178,12 +197,12 @@ class Binding(abc.ABC):
             horovod_kwargs["comm"] = comm
         runtime = initialize(self.hvd, config, horovod_kwargs)
         staleness = config.staleness_for(runtime.topology.size)
-        self._averager = None
+        self.job.averager = None
         if staleness > 0 and self.can_overlap:
-            self._averager = OverlappedAverager(
+            self.job.averager = OverlappedAverager(
                 staleness, config.timeout, self._report_waiting, config.in_flight
             )
-        self._runtime = runtime
+        self.job.runtime = runtime
         self._init_call = call
         if first:
             self._watch_for_crash()
@@ -192,7 +211,7 @@ class Binding(abc.ABC):
         atexit.unregister(self._at_exit)
         atexit.register(self._at_exit)
         if self.starts_in_init:
-            self._runtime.start()
+            self.job.runtime.start()
 
     def reset(self) -> None:
         """Horovod elastic's reset under Prague (``hvd.elastic.run`` calls it after a worker
@@ -203,8 +222,8 @@ class Binding(abc.ABC):
         Averages in flight are dropped, not applied: their group may have lost a member, and
         the elastic state restores or broadcasts the model next.
         """
-        if self._runtime is not None:
-            self._runtime.close()
+        if self.job.runtime is not None:
+            self.job.runtime.close()
         self._new_job()
         self.hvd.shutdown()
         if self._init_call is None:
@@ -216,11 +235,11 @@ class Binding(abc.ABC):
     def runtime(self) -> PragueRuntime:
         """This rank's Prague state, started (collective on the first call where ``init`` did
         not start it); RuntimeError before ``init``."""
-        if self._runtime is None:
+        if self.job.runtime is None:
             raise RuntimeError("horovod_prague is not initialized: call hvd.init() first")
-        if not self._runtime.started:
-            self.start(self._runtime)
-        return self._runtime
+        if not self.job.runtime.started:
+            self.start(self.job.runtime)
+        return self.job.runtime
 
     def start(self, runtime: PragueRuntime) -> None:
         """Start ``runtime`` (``PragueRuntime.start``); a framework says where its ops run."""
@@ -238,7 +257,7 @@ class Binding(abc.ABC):
         the guard, whether or not the caller then averages.
         """
         group = self.runtime().next_group()
-        self._exchanges_since_consensus += 1
+        self.job.exchanges_since_consensus += 1
         return group
 
     @naming_the_stopped_rank
@@ -261,11 +280,11 @@ class Binding(abc.ABC):
             return
         rt = self.runtime()
         consensus = consensus or isinstance(group, WorldGroup)
-        if self._averager is not None:
+        if self.job.averager is not None:
             # Averages in flight are applied first: one with any of these members would
             # correct their difference twice, and on the same process set Horovod's eager
             # TensorFlow ops refuse the second collective while the first runs.
-            self._averager.drain()
+            self.job.averager.drain()
         with awaiting(group, self._report_waiting):
             self.average(
                 values,
@@ -278,12 +297,12 @@ class Binding(abc.ABC):
 
     def _overlap(self) -> Overlap | None:
         """What an average started now sends for its members to agree on its damping."""
-        return None if self._averager is None else self._averager.overlap()
+        return None if self.job.averager is None else self.job.averager.overlap()
 
     def _note_exchange(self, values: list[Any]) -> None:
         """Remember what a Prague step averaged: the guard brings it to consensus."""
-        self._last_exchanged = values
-        self._exchanges_since_consensus += 1
+        self.job.last_exchanged = values
+        self.job.exchanges_since_consensus += 1
 
     @naming_the_stopped_rank
     def exchange(self, tensors: Any) -> Group | None:
@@ -300,20 +319,20 @@ class Binding(abc.ABC):
         try:
             return self._exchange(tensors)
         finally:
-            self._exchange_s += time.perf_counter() - began
+            self.job.exchange_s += time.perf_counter() - began
 
     def _exchange(self, tensors: Any) -> Group | None:
-        counts = self._exchange_counts
+        counts = self.job.exchange_counts
         counts["steps"] += 1
-        self.stepping_thread = threading.get_ident()
+        self.job.stepping_thread = threading.get_ident()
         values = self.tensors(tensors)
         self._note_exchange(values)
-        if self._averager is None:
+        if self.job.averager is None:
             group = self.next_group()
             self._average_group(values, group)
             counts["averaged" if len(group) > 1 else "alone"] += 1
             return group
-        averager = self._averager
+        averager = self.job.averager
         waits = averager.waits
         try:
             if not averager.may_start():
@@ -349,12 +368,12 @@ class Binding(abc.ABC):
         steps, a straggler's, pulls its partners back less; None under ``equal``."""
         if self.config().weighting == "equal":
             return None
-        return float(max(1, self._exchange_counts["steps"]))
+        return float(max(1, self.job.exchange_counts["steps"]))
 
     @property
     def steps_taken(self) -> int:
         """This job's Prague steps on this rank (``exchange`` calls) so far."""
-        return self._exchange_counts["steps"]
+        return self.job.exchange_counts["steps"]
 
     def exchange_stats(self) -> dict[str, int]:
         """How this rank's ``exchange`` calls went: ``steps``; ``averaged`` (a group average
@@ -365,11 +384,11 @@ class Binding(abc.ABC):
         milliseconds spent in ``exchange`` (``exchange_ms``), of which waiting for
         averages in flight (``waited_ms``)."""
         stats = {
-            k: self._exchange_counts[k]
+            k: self.job.exchange_counts[k]
             for k in ("steps", "averaged", "alone", "in_flight", "waited", "owed")
         }
-        waited_s = self._averager.waited_s if self._averager is not None else 0.0
-        stats["exchange_ms"] = round(1e3 * self._exchange_s)
+        waited_s = self.job.averager.waited_s if self.job.averager is not None else 0.0
+        stats["exchange_ms"] = round(1e3 * self.job.exchange_s)
         stats["waited_ms"] = round(1e3 * waited_s)
         return stats
 
@@ -386,13 +405,13 @@ class Binding(abc.ABC):
         an unnamed one a name every member gives alike (``script_collectives``), counted per
         ``process_set`` (any hashable key that tells the sets apart); before ``init``,
         ``name`` as it is."""
-        rt = self._runtime
+        rt = self.job.runtime
         return name if rt is None else rt.script_collectives.name(kind, name, process_set)
 
     def script_collective_started(self, handle: int, name: str | None, process_set: Any) -> None:
         """Remember the script's collective ``name`` on ``process_set`` (by its ``handle``),
         for the deadline of the wait for it (``wait_for_script_collective``)."""
-        rt = self._runtime
+        rt = self.job.runtime
         if rt is None or name is None:
             return
         rt.script_collectives.started(handle, name, ranks_of(rt, process_set))
@@ -407,7 +426,7 @@ class Binding(abc.ABC):
         for ever. Other handles (Horovod's ``join``, which waits for ranks that still train)
         have no deadline, as in Horovod.
         """
-        rt = self._runtime
+        rt = self.job.runtime
         started = rt.script_collectives.finished(handle) if rt is not None else None
         if rt is None or started is None:
             wait_until(ready, math.inf, str)
@@ -421,7 +440,7 @@ class Binding(abc.ABC):
         eager ops, which wait inside with no deadline), on a background thread, waited for with
         the job's ``timeout`` as ``wait_for_script_collective`` waits; in place before Prague
         has started (no Group Generator to tell who is missing)."""
-        rt = self._runtime
+        rt = self.job.runtime
         if rt is None or not rt.started:
             return call()
         started = Started(name, ranks_of(rt, process_set))
@@ -462,8 +481,8 @@ class Binding(abc.ABC):
         tensors (a bug in how a script steps) wait on different names and time out naming
         the group, instead of averaging unrelated values.
         """
-        self._occurrences[group] += 1
-        k = self._occurrences[group] % NAME_CYCLE
+        self.job.occurrences[group] += 1
+        k = self.job.occurrences[group] % NAME_CYCLE
         return f"{self.runtime().name(group)}.n{k}.{signature(values)}"
 
     def _run_owed(self, values: list[Any], owed: Owed) -> None:
@@ -477,7 +496,7 @@ class Binding(abc.ABC):
         overlapped meets this one.
         """
         self.drain()
-        self._exchange_counts["owed"] += len(owed.groups)
+        self.job.exchange_counts["owed"] += len(owed.groups)
         step_values = self.step_tensors(values)
         for group in owed.groups:
             self._average_group(step_values, group)
@@ -488,8 +507,8 @@ class Binding(abc.ABC):
     @naming_the_stopped_rank
     def drain(self) -> None:
         """Wait for this rank's group averages in flight, if any, and apply them."""
-        if self._averager is not None:
-            self._averager.drain()
+        if self.job.averager is not None:
+            self.job.averager.drain()
 
     @naming_the_stopped_rank
     def average_model(self, model_or_tensors: Any) -> bool:
@@ -520,7 +539,7 @@ class Binding(abc.ABC):
                 stacklevel=2,
             )
             return False
-        self._exchanges_since_consensus = 0
+        self.job.exchanges_since_consensus = 0
         return True
 
     def _final_average(self, values: list[Any]) -> None:
@@ -535,7 +554,7 @@ class Binding(abc.ABC):
                 rt.topology.size,
                 self._overlap(),
             )
-        self._exchanges_since_consensus = 0
+        self.job.exchanges_since_consensus = 0
 
     @naming_the_stopped_rank
     def finish(self, model_or_tensors: Any, average: bool = True) -> None:
@@ -565,7 +584,7 @@ class Binding(abc.ABC):
         every rank. The world average comes after every rank has rejoined the Group
         Generator, since it completes only once all have entered it.
         """
-        if self._runtime is None:
+        if self.job.runtime is None:
             return horovod_join()
         rt = self.runtime()
         if not rt.finished:
@@ -581,9 +600,9 @@ class Binding(abc.ABC):
         """Leave (see ``leave``), close the Group Generator connection, shut Horovod down."""
         self.leave()
         self.drain()
-        if self._runtime is not None:
-            self._runtime.close()
-            self._runtime = None
+        if self.job.runtime is not None:
+            self.job.runtime.close()
+            self.job.runtime = None
         self.hvd.shutdown()
 
     def track(self, tensors: Callable[[], list[Any]]) -> None:
@@ -651,7 +670,7 @@ class Binding(abc.ABC):
         ``exchange``): the tensors the last Prague step averaged.
         """
         if not self._tracked:
-            return list(self._last_exchanged)
+            return list(self.job.last_exchanged)
         return distinct(t for tensors in self._tracked for t in tensors())
 
     def step_tensors(self, own: list[Any]) -> list[Any]:
@@ -695,8 +714,8 @@ class Binding(abc.ABC):
         Collective over all ranks, like the Horovod call it precedes; ranks that took the same
         steps make the same decision. Does nothing before any Prague step or after ``finish``.
         """
-        rt = self._runtime
-        if rt is None or rt.finished or self._exchanges_since_consensus == 0:
+        rt = self.job.runtime
+        if rt is None or rt.finished or self.job.exchanges_since_consensus == 0:
             return
         self.average_model(self.tracked())
 
@@ -708,8 +727,8 @@ class Binding(abc.ABC):
         tracked, after ``finish``, on a set of one rank (no one to wait for),
         or where this rank is not a member or the set is not registered (Horovod's error then).
         """
-        rt = self._runtime
-        if rt is None or rt.finished or not (self._tracked or self._last_exchanged):
+        rt = self.job.runtime
+        if rt is None or rt.finished or not (self._tracked or self.job.last_exchanged):
             return
         if process_set.process_set_id is None or process_set.ranks is None:
             return
@@ -723,7 +742,7 @@ class Binding(abc.ABC):
     def before_collective(self, process_set: Any) -> None:
         """What a script's collective on ``process_set`` (None: the global one) needs first:
         a consensus on the global set, a settle on a set of some ranks."""
-        if self._runtime is None:
+        if self.job.runtime is None:
             return
         self.runtime()  # every rank starts Prague before its first collective
         if is_global(process_set):
@@ -782,7 +801,7 @@ class Binding(abc.ABC):
         """The runtime, started, after a consensus (``guard``'s for a global collective: a
         rank in Horovod's add or remove waits for every rank, also one that waits in a
         group for it); None before ``init``."""
-        if self._runtime is None:
+        if self.job.runtime is None:
             return None
         rt = self.runtime()
         self.consensus()
@@ -796,10 +815,10 @@ class Binding(abc.ABC):
         process is ending with an uncaught exception: the job is failing, and a crashed rank
         should not wait for the others.
         """
-        rt = self._runtime
+        rt = self.job.runtime
         if rt is None or rt.finished or self._crashed:
             return
-        if not self._tracked and not self._last_exchanged:
+        if not self._tracked and not self.job.last_exchanged:
             return
         self.finish(self.tracked())
 
@@ -810,8 +829,8 @@ class Binding(abc.ABC):
         try:
             self.leave()
         finally:
-            if self._runtime is not None:
-                self._runtime.close()
+            if self.job.runtime is not None:
+                self.job.runtime.close()
 
     def _watch_for_crash(self) -> None:
         previous = sys.excepthook

@@ -29,7 +29,7 @@ from .strategies import Group
 
 
 def naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A method of an object whose ``_runtime`` is its job's ``PragueRuntime`` (or None):
+    """A method of an object whose ``job.runtime`` is its job's ``PragueRuntime`` (or None):
     its errors that say a rank is gone also name the rank that most likely holds it up, or
     the ranks and host that are lost (same exception type, longer message)."""
 
@@ -48,7 +48,7 @@ def naming_the_stopped_rank(method: Callable[..., Any]) -> Callable[..., Any]:
                 raise for_elastic(e) from e
             if not gone:
                 raise
-            rt: PragueRuntime | None = self._runtime
+            rt: PragueRuntime | None = self.job.runtime
             if isinstance(e, GroupWaitTimeout) and rt is not None:
                 named = GroupWaitTimeout(f"{e}. {who_holds_up(rt, e.group)}")
                 named.group = e.group

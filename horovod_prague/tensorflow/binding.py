@@ -257,7 +257,7 @@ class TensorflowBinding(Binding):
     def _begin_watch(self, site: _Site) -> None:
         """A staged collective's inputs are ready and its op is about to run: watch it with
         the job's timeout (``StagedDeadlines``)."""
-        rt = self._runtime
+        rt = self.job.runtime
         if site.watched and rt is not None and rt.started:
             started = Started(site.name, ranks_of(rt, site.process_set))
             self._deadlines.begin(site, started, rt.config.timeout)
@@ -287,7 +287,7 @@ class TensorflowBinding(Binding):
 
     def flushed_before(self, process_set: Any) -> None:
         """``before_collective``, after the steps this rank has staged are flushed."""
-        if self._runtime is None:
+        if self.job.runtime is None:
             return
         self.runtime()  # every rank starts Prague before its first collective
         self.flush()

@@ -113,7 +113,7 @@ class HorovodJoin:
 class InProcessBinding(Binding):
     def __init__(self, runtime: InProcessRuntime, collectives: Collectives) -> None:
         super().__init__(hvd=types.SimpleNamespace(global_process_set=runtime.world))
-        self._runtime = runtime  # type: ignore[assignment]
+        self.job.runtime = runtime  # type: ignore[assignment]
         self.collectives = collectives
 
     def tensors(self, source: Any) -> list[Any]:
@@ -128,7 +128,7 @@ class InProcessBinding(Binding):
         overlap: Overlap | None = None,
         share_of: int | None = None,
     ) -> None:
-        self.collectives.average(name, process_set, self._runtime.rank, tensors)
+        self.collectives.average(name, process_set, self.job.runtime.rank, tensors)
 
 
 def random_generator(size: int, sync_every: int = 0) -> GroupGenerator:

@@ -56,18 +56,18 @@ def test_a_rank_finding_part_of_a_host_lost_asks_again_and_names_the_whole_host(
     "Rank 2 (host h2)" for a host whose ranks 2 and 3 were both killed)."""
     replies = iter([{"lost": [2]}, {"lost": [2, 3]}])
     binding = InProcessBinding(InProcessRuntime(random_generator(4), 0, 0), Collectives())
-    rt = binding._runtime
+    rt = binding.job.runtime
     rt.hosts = ["h1", "h1", "h2", "h2"]
     rt.config.timeout = 8.0
     rt.client = types.SimpleNamespace(stats=lambda: next(replies))
-    assert "Host h2 (ranks [2, 3]) is most likely lost" in who_is_gone(binding._runtime)
+    assert "Host h2 (ranks [2, 3]) is most likely lost" in who_is_gone(binding.job.runtime)
 
 
 def test_a_rank_of_a_host_lost_alone_is_named_alone():
     binding = InProcessBinding(InProcessRuntime(random_generator(4), 0, 0), Collectives())
-    rt = binding._runtime
+    rt = binding.job.runtime
     rt.hosts = ["h1", "h1", "h2", "h2"]
     rt.config.timeout = 8.0
     rt.client = types.SimpleNamespace(stats=lambda: {"lost": [3]})
-    assert "Rank 3 (host h2) lost its connection" in who_is_gone(binding._runtime)
+    assert "Rank 3 (host h2) lost its connection" in who_is_gone(binding.job.runtime)
     assert not diagnosis.partly_lost([], rt.hosts)

@@ -88,12 +88,12 @@ def calls(monkeypatch):
 def test_a_second_init_with_the_same_options_does_nothing(calls, kind):
     b = kind(FakeHorovod())
     b.init(strategy="static", group_size=2)
-    runtime, averager = b._runtime, b._averager
+    runtime, averager = b.job.runtime, b.job.averager
     assert isinstance(averager, OverlappedAverager)
     assert runtime.started == kind.starts_in_init
     b.init(strategy="static", group_size=2)
     b.init(group_size=2, strategy="static", staleness="auto")  # the same, spelt otherwise
-    assert b._runtime is runtime and b._averager is averager
+    assert b.job.runtime is runtime and b.job.averager is averager
     assert calls["runtimes"] == [runtime]
     assert calls["atexit"].count("crash") == 1 and calls["atexit"].count(b._at_exit) == 1
 
@@ -113,14 +113,14 @@ def test_a_second_init_under_the_drop_in_takes_the_same_options_from_the_environ
 def test_a_second_init_with_other_options_names_each_with_both_values(calls):
     b = StandInBinding(FakeHorovod())
     b.init(strategy="static", group_size=2, timeout=30)
-    runtime = b._runtime
+    runtime = b.job.runtime
     with pytest.raises(ValueError, match="called again with different options") as e:
         b.init(strategy="random", group_size=2, timeout=5)
     message = str(e.value)
     assert "strategy='random' (was 'static')" in message
     assert "timeout=5.0 (was 30.0)" in message
     assert "group_size" not in message
-    assert b._runtime is runtime and len(calls["runtimes"]) == 1
+    assert b.job.runtime is runtime and len(calls["runtimes"]) == 1
 
 
 def test_a_second_init_with_other_horovod_arguments_names_them(calls):
@@ -149,12 +149,13 @@ def test_init_after_shutdown_starts_afresh_with_any_options(calls):
     hvd = FakeHorovod()
     b = StandInBinding(hvd)
     b.init(strategy="static")
-    first = b._runtime
+    first = b.job.runtime
     b.shutdown()
-    assert first.closed and hvd.shutdowns == 1 and b._runtime is None
+    assert first.closed and hvd.shutdowns == 1 and b.job.runtime is None
     b.init(strategy="random", staleness="0")
-    assert len(calls["runtimes"]) == 2 and b._runtime is calls["runtimes"][1]
-    assert b._runtime.started and b._averager is None  # blocking now: the old averager is gone
+    assert len(calls["runtimes"]) == 2 and b.job.runtime is calls["runtimes"][1]
+    # Blocking now: the old averager is gone.
+    assert b.job.runtime.started and b.job.averager is None
     assert calls["atexit"].count("crash") == 1 and calls["atexit"].count(b._at_exit) == 1
     b.init(strategy="random", staleness="0")
     assert len(calls["runtimes"]) == 2
@@ -175,15 +176,15 @@ def test_an_elastic_reset_initializes_again_as_init_was_called(calls):
     hvd = FakeHorovod()
     b = StandInBinding(hvd)
     b.init(strategy="static", group_size=2)
-    first = b._runtime
-    b._averager.start(PendingNeverApplied(), (0, 1))
-    b._occurrences[(0, 1)] += 3
-    b._exchange_counts["steps"] += 7
+    first = b.job.runtime
+    b.job.averager.start(PendingNeverApplied(), (0, 1))
+    b.job.occurrences[(0, 1)] += 3
+    b.job.exchange_counts["steps"] += 7
     b.reset()
     assert first.closed and hvd.shutdowns == 1
-    assert calls["runtimes"] == [first, b._runtime] and b._runtime.started
+    assert calls["runtimes"] == [first, b.job.runtime] and b.job.runtime.started
     assert b.config().strategy == "static" and b.config().group_size == 2
-    assert b._averager.in_flight() == 0 and not b._occurrences
+    assert b.job.averager.in_flight() == 0 and not b.job.occurrences
     assert b.exchange_stats()["steps"] == 0 and b.average_weight() == 1.0
     assert calls["atexit"][-1] == b._at_exit  # after Horovod's init of the new world
 
@@ -198,7 +199,7 @@ def test_a_failed_init_can_be_retried(calls, monkeypatch):
         with pytest.raises(RuntimeError, match="could not start"):
             b.init()
     b.init()
-    assert len(calls["runtimes"]) == 1 and b._runtime.started
+    assert len(calls["runtimes"]) == 1 and b.job.runtime.started
 
 
 class FailingDrain:
@@ -231,7 +232,7 @@ def test_under_elastic_a_lost_rank_is_horovods_internal_error(calls, monkeypatch
     monkeypatch.setenv("HOROVOD_ELASTIC", "1")
     b = StandInBinding(FakeHorovod())
     b.init(strategy="static")
-    b._averager = FailingDrain(error)
+    b.job.averager = FailingDrain(error)
     with pytest.raises(HorovodInternalError, match=f"{type(error).__name__}: {error}"[:40]):
         b.drain()
 
@@ -240,7 +241,7 @@ def test_without_elastic_a_dropped_process_set_is_not_a_lost_rank(calls):
     """Outside elastic nothing resets: the error stays as Horovod gave it."""
     b = StandInBinding(FakeHorovod())
     b.init(strategy="static")
-    b._averager = FailingDrain(DROPPED_SET)
+    b.job.averager = FailingDrain(DROPPED_SET)
     with pytest.raises(ValueError, match="Process set provided does not exist"):
         b.drain()
 

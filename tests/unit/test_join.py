@@ -193,5 +193,5 @@ def test_join_once_per_epoch_then_finish():
 
 def test_join_before_prague_is_initialized_is_horovods():
     b = InProcessBinding(InProcessRuntime(random_generator(2), 0, 0), Collectives())
-    b._runtime = None
+    b.job.runtime = None
     assert b.join(lambda: 7) == 7

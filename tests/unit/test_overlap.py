@@ -231,16 +231,18 @@ class BlockingBinding(Binding):
     def __init__(self, log: list, in_flight: int) -> None:
         super().__init__(hvd=None)
         self.log = log
-        self._runtime = types.SimpleNamespace(started=True, rank=0, name=lambda group: str(group))
-        self._runtime.process_set = lambda group: group
-        self._averager = OverlappedAverager(staleness=3, timeout=5.0, in_flight=in_flight)
+        self.job.runtime = types.SimpleNamespace(
+            started=True, rank=0, name=lambda group: str(group)
+        )
+        self.job.runtime.process_set = lambda group: group
+        self.job.averager = OverlappedAverager(staleness=3, timeout=5.0, in_flight=in_flight)
 
     def tensors(self, source):
         return list(source)
 
     def average(self, tensors, name, process_set, size, overlap=None, share_of=None):
         flag = None if overlap is None else overlap.flag
-        self.log.append(("blocking", process_set, self._averager.in_flight(), flag))
+        self.log.append(("blocking", process_set, self.job.averager.in_flight(), flag))
 
 
 @pytest.mark.parametrize("in_flight", [1, 2])
@@ -250,9 +252,9 @@ def test_partial_allreduce_applies_the_averages_in_flight_first(in_flight):
     collective as a duplicate name; PyTorch corrected the members' difference twice)."""
     log: list = []
     binding = BlockingBinding(log, in_flight)
-    binding._averager.start(FakePending("a", log, polls=3), (0, 1))
+    binding.job.averager.start(FakePending("a", log, polls=3), (0, 1))
     if in_flight > 1:
-        binding._averager.start(FakePending("b", log, polls=0), (0, 2))
+        binding.job.averager.start(FakePending("b", log, polls=0), (0, 2))
     binding.partial_allreduce([np.zeros(3)], (0, 1))
     applied = ["a", "b"][:in_flight]
     assert log == [*applied, ("blocking", (0, 1), 0, None if in_flight == 1 else 0.0)]

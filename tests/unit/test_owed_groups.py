@@ -22,14 +22,14 @@ def _partner_steps_first(script_of_rank_0, script_of_rank_1):
 
     def script(rank: int, b: InProcessBinding) -> None:
         if rank == 1:
-            ask = b._runtime.next_group
+            ask = b.job.runtime.next_group
 
             def next_group():
                 group = ask()
                 decided.set()
                 return group
 
-            b._runtime.next_group = next_group  # type: ignore[method-assign]
+            b.job.runtime.next_group = next_group  # type: ignore[method-assign]
             script_of_rank_1(b)
         else:
             assert decided.wait(5), "rank 1 never asked for a group"

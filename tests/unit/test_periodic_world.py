@@ -125,7 +125,7 @@ def test_uneven_steps_then_a_global_collective_and_finish_end_with_one_model(ste
         for _ in range(steps[rank]):
             w += 1.0
             b.exchange(b.step_tensors([w]))
-        b.consensus() if b._exchanges_since_consensus else b.average_model([w])
+        b.consensus() if b.job.exchanges_since_consensus else b.average_model([w])
         b.finish([w])
         models[rank] = w
 

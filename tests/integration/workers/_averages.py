@@ -66,7 +66,7 @@ def recording(binding: Any, copy: Callable[[Any], Any]) -> Iterator[Averages]:
     def recorder(run: Callable[..., Any], blocking: bool) -> Callable[..., Any]:
         def record(values, name, process_set, size, overlap=None, *rest):
             flagged = overlap is not None and overlap.started_during_another
-            in_flight = binding._averager.in_flight()
+            in_flight = binding.job.averager.in_flight()
             assert flagged == (in_flight > 0)
             assert not (blocking and in_flight), "averages in flight were not applied"
             weight = binding.average_weight() or 1.0

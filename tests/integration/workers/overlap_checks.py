@@ -121,7 +121,7 @@ def test_integer_tensors_take_the_group_floor_mean():
 
 def test_while_an_average_is_in_flight_steps_take_no_group():
     t = torch.zeros(10)
-    averager = hvd._binding._averager
+    averager = hvd._binding.job.averager
     groups = []
     while sum(g is not None for g in groups) < 12:  # as many groups on every rank
         groups.append(hvd.exchange([t]))

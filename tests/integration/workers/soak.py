@@ -38,8 +38,8 @@ def logging(original):
 # See every group run: blocking ones (owed groups, syncs, staleness 0) and overlapped ones.
 binding = hvd._binding
 binding._average_group = logging(binding._average_group)
-if binding._averager is not None:
-    binding._averager.start = logging(binding._averager.start)
+if binding.job.averager is not None:
+    binding.job.averager.start = logging(binding.job.averager.start)
 for step in range(1, my_steps + 1):
     time.sleep(rng.uniform(0, 0.004))
     with torch.no_grad():
