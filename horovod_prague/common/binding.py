@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from .config import PragueConfig
 from .group_generator import Owed, WorldGroup
+from .models import MoveFollower, TrackedModels, distinct
 from .overlap import (
     BackgroundCall,
     GroupWaitTimeout,
@@ -62,10 +63,6 @@ def ranks_of(rt: PragueRuntime, process_set: Any) -> Group:
     return tuple(sorted(process_set.ranks))
 
 
-MoveFollower = Callable[[Any, Any, float], None]
-"""Told ``(tensor, move, scale)`` when a group average added ``scale * move`` to ``tensor``."""
-
-
 @dataclasses.dataclass
 class Job:
     """What a ``Binding`` holds for one job's world. Made at start; an elastic ``reset``
@@ -75,9 +72,7 @@ class Job:
     """The Group Generator connection, the options and process sets (None before ``init``)."""
     averager: OverlappedAverager | None = None
     """The group averages in flight, where the job overlaps them."""
-    occurrences: collections.Counter[Group] = dataclasses.field(
-        default_factory=collections.Counter
-    )
+    occurrences: collections.Counter[Group] = dataclasses.field(default_factory=collections.Counter)
     """How many averages of each group this rank has started (``Binding._occurrence``)."""
     last_exchanged: list[Any] = dataclasses.field(default_factory=list)
     """The tensors the last Prague step averaged (``Binding.tracked`` without a model)."""
@@ -106,8 +101,8 @@ class Binding(abc.ABC):
 
     def __init__(self, hvd: ModuleType) -> None:
         self.hvd = hvd
-        self._tracked: list[Callable[[], list[Any]]] = []
-        self._move_followers: dict[int, MoveFollower] = {}
+        self.models = TrackedModels()
+        """The optimizers' models and momentum followers, kept across elastic resets."""
         self._crashed = False
         self._init_call: InitCall | None = None
         self._new_job()
@@ -610,7 +605,7 @@ class Binding(abc.ABC):
 
         Tracked models are what ``consensus``, the guarded collectives and ``leave`` average.
         """
-        self._tracked.append(tensors)
+        self.models.track(tensors)
 
     def follow_moves(self, follower: MoveFollower, changes: object) -> None:
         """Have ``follower(tensor, move, scale)`` called whenever a group average (of any
@@ -623,7 +618,7 @@ class Binding(abc.ABC):
         the same replaces it, so two wrappers of one optimizer correct its buffers once. Like
         ``track``, this keeps the follower for the binding's life.
         """
-        self._move_followers[id(changes)] = follower
+        self.models.follow(follower, changes)
 
     def follow_momentum(
         self,
@@ -651,7 +646,7 @@ class Binding(abc.ABC):
 
     def follows_moves(self) -> bool:
         """Whether any follower waits for moves (else the framework need not report them)."""
-        return bool(self._move_followers)
+        return self.models.followed
 
     def momentum_share(self) -> float:
         """The share of each group average's move an optimizer's momentum takes
@@ -660,8 +655,7 @@ class Binding(abc.ABC):
 
     def moved(self, tensor: Any, move: Any, scale: float) -> None:
         """A framework's report that a group average added ``scale * move`` to ``tensor``."""
-        for follower in self._move_followers.values():
-            follower(tensor, move, scale)
+        self.models.moved(tensor, move, scale)
 
     def tracked(self) -> list[Any]:
         """The tensors of every tracked model, each once, in registration order.
@@ -669,9 +663,9 @@ class Binding(abc.ABC):
         Without a tracked model (a hand-written loop of ``partial_allreduce`` or
         ``exchange``): the tensors the last Prague step averaged.
         """
-        if not self._tracked:
+        if not self.models:
             return list(self.job.last_exchanged)
-        return distinct(t for tensors in self._tracked for t in tensors())
+        return self.models.tensors()
 
     def step_tensors(self, own: list[Any]) -> list[Any]:
         """What an optimizer's Prague step averages: every tracked model (``own`` if none).
@@ -680,7 +674,7 @@ class Binding(abc.ABC):
         rank i's first may meet rank j's second in a group. Averaging every tracked model at
         every step makes each group average the same tensors on every member.
         """
-        return self.tracked() if self._tracked else own
+        return self.tracked() if self.models else own
 
     def _world_tensors(self, values: list[Any]) -> list[Any]:
         """What a world average of ``average_model`` or ``finish`` averages: every tracked
@@ -728,7 +722,7 @@ class Binding(abc.ABC):
         or where this rank is not a member or the set is not registered (Horovod's error then).
         """
         rt = self.job.runtime
-        if rt is None or rt.finished or not (self._tracked or self.job.last_exchanged):
+        if rt is None or rt.finished or not (self.models or self.job.last_exchanged):
             return
         if process_set.process_set_id is None or process_set.ranks is None:
             return
@@ -818,7 +812,7 @@ class Binding(abc.ABC):
         rt = self.job.runtime
         if rt is None or rt.finished or self._crashed:
             return
-        if not self._tracked and not self.job.last_exchanged:
+        if not self.models and not self.job.last_exchanged:
             return
         self.finish(self.tracked())
 
@@ -891,21 +885,3 @@ def signature(tensors: Iterable[Any]) -> str:
     """
     described = ";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors)
     return hashlib.sha1(described.encode()).hexdigest()[:8]
-
-
-def distinct(values: Iterable[Any]) -> list[Any]:
-    """``values`` without repeats of the same object, in first-seen order.
-
-    By identity, since tensors compare element-wise.
-
-        >>> a, b = [1], [1]
-        >>> distinct([a, b, a]) == [a, b] and distinct([a, b, a])[1] is b
-        True
-    """
-    seen: set[int] = set()
-    found = []
-    for v in values:
-        if id(v) not in seen:
-            seen.add(id(v))
-            found.append(v)
-    return found

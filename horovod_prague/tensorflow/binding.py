@@ -20,9 +20,10 @@ from typing import Any
 import horovod.tensorflow
 import tensorflow as tf
 
-from ..common.binding import Binding, distinct, ranks_of
+from ..common.binding import Binding, ranks_of
 from ..common.import_hook import originals
 from ..common.integer_sums import corrected, floor_mean, halves
+from ..common.models import distinct
 from ..common.overlap import (
     BackgroundCall,
     GroupWaitTimeout,

@@ -25,7 +25,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..common.arguments import warn_ignored
-from ..common.binding import distinct
+from ..common.models import distinct
 from .binding import PragueSteps, _hvd, binding, run_eagerly
 from .momentum import PRAGUE_WRAPPED, follow_momentum
 

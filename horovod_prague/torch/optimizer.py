@@ -32,8 +32,8 @@ from typing import Any
 import torch
 
 from ..common.arguments import warn_ignored
-from ..common.binding import distinct
 from ..common.config import share_at
+from ..common.models import distinct
 from .binding import _hvd, binding
 from .buffers import ModelFinder
 
