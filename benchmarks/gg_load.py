@@ -35,7 +35,7 @@ import time
 from multiprocessing.connection import Connection
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.coordinator import GroupGeneratorServer
+from horovod_prague.common.generator_service import GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.protocol import Channel, greet, new_token, receive
 from horovod_prague.common.strategies import make_strategy

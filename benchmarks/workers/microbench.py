@@ -20,7 +20,7 @@ import torch
 from _timing import interleaved_medians
 
 import horovod_prague.torch as hvd
-from horovod_prague.common.coordinator import GroupGeneratorClient, GroupGeneratorServer
+from horovod_prague.common.generator_service import GroupGeneratorClient, GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.protocol import new_token
 from horovod_prague.common.strategies import make_strategy

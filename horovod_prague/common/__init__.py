@@ -1,1 +1,1 @@
-"""The framework-neutral core: config, group generation, the coordinator, process sets."""
+"""The framework-neutral core: config, the Group Generator and its service, process sets."""

@@ -56,7 +56,7 @@ class ProtocolError(RuntimeError):
         self.reason = reason
 
 
-class CoordinatorTimeout(TimeoutError):
+class GroupGeneratorTimeout(TimeoutError):
     """The Group Generator did not answer in time."""
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from . import diagnosis
 from .group_generator import holding_up
 from .overlap import GroupWaitTimeout
-from .protocol import CoordinatorTimeout
+from .protocol import GroupGeneratorTimeout
 from .runtime import PragueRuntime, elastic
 from .script_collectives import Started, not_reached
 from .strategies import Group
@@ -67,7 +67,7 @@ def says_a_rank_is_gone(error: Exception) -> bool:
     """A missed deadline, a Group Generator that is gone or silent, or Horovod's own error (a
     peer's connection closed: Horovod shuts down and fails every collective)."""
     return (
-        isinstance(error, (GroupWaitTimeout, ConnectionError, CoordinatorTimeout))
+        isinstance(error, (GroupWaitTimeout, ConnectionError, GroupGeneratorTimeout))
         or is_horovod_internal(error)
         # TensorFlow's Horovod ops fail with the framework's own error type, saying so.
         or "Horovod has been shut down" in str(error)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import gg_load  # noqa: E402
 
 from horovod_prague.common.config import PragueConfig  # noqa: E402
-from horovod_prague.common.coordinator import GroupGeneratorServer  # noqa: E402
+from horovod_prague.common.generator_service import GroupGeneratorServer  # noqa: E402
 from horovod_prague.common.group_generator import GroupGenerator  # noqa: E402
 from horovod_prague.common.protocol import new_token  # noqa: E402
 from horovod_prague.common.strategies import make_strategy  # noqa: E402

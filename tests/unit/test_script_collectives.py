@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.coordinator import (
+from horovod_prague.common.generator_service import (
     MAX_COLLECTIVE_NAME,
     GroupGeneratorClient,
     GroupGeneratorServer,
@@ -32,8 +32,8 @@ def test_unnamed_collectives_are_counted_per_process_set_and_named_ones_left_alo
         busy.name("allreduce", None, 7)  # a set only `busy` belongs to
         busy.name("allreduce", "prague.0-1.n1.abc", 0)  # named: never counted
     assert busy.name("allgather", None, 0) == idle.name("allgather", None, 0)
-    assert busy.name("broadcast", None, 0) == idle.name("broadcast", None, 0) == (
-        "broadcast.noname.2"
+    assert (
+        busy.name("broadcast", None, 0) == idle.name("broadcast", None, 0) == ("broadcast.noname.2")
     )
 
 

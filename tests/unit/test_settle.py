@@ -13,7 +13,7 @@ from simulate import Deadlock, simulate
 from test_strategies import FAST, jobs
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.coordinator import _owed, _owed_reply
+from horovod_prague.common.generator_service import _owed, _owed_reply
 from horovod_prague.common.group_generator import GroupGenerator, WorldGroup
 from horovod_prague.common.strategies import StaticStrategy, make_strategy
 from horovod_prague.common.topology import Topology

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from horovod_prague.common import coordinator, protocol
+from horovod_prague.common import generator_service, protocol
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.coordinator import GroupGeneratorClient, GroupGeneratorServer
+from horovod_prague.common.generator_service import GroupGeneratorClient, GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.runtime import _addresses
 from horovod_prague.common.strategies import AllreduceStrategy, make_strategy
@@ -338,7 +338,9 @@ def test_after_a_timeout_the_client_reports_the_lost_connection():
         c = client(srv, rank=1)
         c.hello("fp")
         c.timeout = 0.3  # only for the call meant to time out
-        with pytest.raises(protocol.CoordinatorTimeout, match="did not answer 'next' within 0.3s"):
+        with pytest.raises(
+            protocol.GroupGeneratorTimeout, match="did not answer 'next' within 0.3s"
+        ):
             c.next_group()
         gg.release.set()  # the late reply goes to a closed socket
         with pytest.raises(
@@ -370,7 +372,7 @@ def test_a_report_answered_late_leaves_the_connection_working(late):
         c.hello("fp")
         c.timeout = 0.3  # only for the calls meant to time out
         for _ in range(late):
-            with pytest.raises(protocol.CoordinatorTimeout, match="did not answer 'waiting'"):
+            with pytest.raises(protocol.GroupGeneratorTimeout, match="did not answer 'waiting'"):
                 c.waiting((0, 1))
         gg.release.set()
         c.timeout = 5.0
@@ -384,7 +386,7 @@ def test_a_report_answered_late_leaves_the_connection_working(late):
 class RefusesWaitsLate(SlowToNoteWaits):
     def note_waiting(self, rank, group, collective=None):
         self.release.wait(10)
-        raise coordinator._Refused("no waits today", close=True)
+        raise generator_service._Refused("no waits today", close=True)
 
 
 def test_a_late_reply_the_server_closed_after_is_reported_with_its_error():
@@ -393,7 +395,7 @@ def test_a_late_reply_the_server_closed_after_is_reported_with_its_error():
         c = client(srv, rank=1)
         c.hello("fp")
         c.timeout = 0.3  # only for the call meant to time out
-        with pytest.raises(protocol.CoordinatorTimeout):
+        with pytest.raises(protocol.GroupGeneratorTimeout):
             c.waiting((0, 1))
         gg.release.set()
         c.timeout = 5.0
@@ -445,7 +447,7 @@ def test_only_the_one_late_reply_of_a_request_given_up_is_dropped():
     c = GroupGeneratorClient(*srv.address, TOKEN, rank=1, timeout=5.0)
     c.hello("fp")
     c.timeout = 0.3  # only for the call meant to time out
-    with pytest.raises(protocol.CoordinatorTimeout, match="'waiting'"):
+    with pytest.raises(protocol.GroupGeneratorTimeout, match="'waiting'"):
         c.waiting((0, 1))
     release.set()
     c.timeout = 5.0
@@ -460,7 +462,7 @@ def test_only_the_one_late_reply_of_a_request_given_up_is_dropped():
 def test_a_silent_coordinator_times_out_with_a_clear_error():
     listener = socket.create_server(("127.0.0.1", 0))
     try:
-        with pytest.raises(protocol.CoordinatorTimeout, match="did not greet within 0.3s"):
+        with pytest.raises(protocol.GroupGeneratorTimeout, match="did not greet within 0.3s"):
             GroupGeneratorClient(*listener.getsockname(), TOKEN, rank=2, timeout=0.3)
     finally:
         listener.close()
@@ -587,7 +589,7 @@ def test_accept_errors_lose_at_most_the_one_connection(server, caplog):
         ],
     )
     server._listener = listener
-    with caplog.at_level("WARNING", logger=coordinator.__name__):
+    with caplog.at_level("WARNING", logger=generator_service.__name__):
         with client(server, rank=2) as late:
             assert late.hello("fp") == 4
             assert late.next_group() == (2, 3)

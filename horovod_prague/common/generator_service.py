@@ -42,7 +42,7 @@ from .protocol import (
     MAX_REPLY,
     OPS,
     Channel,
-    CoordinatorTimeout,
+    GroupGeneratorTimeout,
     ProtocolError,
     greet,
     receive,
@@ -535,7 +535,7 @@ class GroupGeneratorClient:
             greet(self._sock, self._channel)
         except TimeoutError:
             self.close()
-            raise CoordinatorTimeout(
+            raise GroupGeneratorTimeout(
                 f"rank {rank}: the Prague Group Generator at {self.where} did not greet within "
                 f"{timeout:g}s (HOROVOD_PRAGUE_TIMEOUT)"
             ) from None
@@ -574,7 +574,7 @@ class GroupGeneratorClient:
                     self._abandoned.append((request_id, op))
                 else:
                     self._break(f"{op!r} timed out after {self.timeout:g}s")
-                raise CoordinatorTimeout(
+                raise GroupGeneratorTimeout(
                     f"rank {self.rank}: the Prague Group Generator at {self.where} did not "
                     f"answer {op!r} within {self.timeout:g}s (HOROVOD_PRAGUE_TIMEOUT)"
                 ) from None
