@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from .config import PragueConfig
 from .group_generator import Owed, WorldGroup
+from .import_hook import PROCESS_SET_FUNCTIONS
 from .models import MoveFollower, TrackedModels, distinct
 from .overlap import (
     BackgroundCall,
@@ -42,6 +43,23 @@ from .stopped import late_script_collective, naming_the_stopped_rank, who_did_no
 from .strategies import Group
 
 T = TypeVar("T")
+
+FUNCTIONS = (
+    "init",
+    "runtime",
+    "config",
+    "next_group",
+    "partial_allreduce",
+    "exchange",
+    "exchange_stats",
+    "drain",
+    "average_model",
+    "finish",
+    "shutdown",
+    *PROCESS_SET_FUNCTIONS,
+)
+"""Prague's functions that every framework package exports: its binding's methods
+(``Binding.functions``)."""
 
 NAME_CYCLE = 2
 """Collective names a group's averages take in turn (``Binding._occurrence``). A group has one
@@ -111,6 +129,13 @@ class Binding(abc.ABC):
         """Forget the state of the job's world (``Job``): at start and at an elastic
         ``reset``."""
         self.job = Job()
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """``FUNCTIONS`` by name, as this binding's methods: what a framework package exports.
+
+        globals().update(binding.functions())
+        """
+        return {name: getattr(self, name) for name in FUNCTIONS}
 
     @abc.abstractmethod
     def tensors(self, source: Any) -> list[Any]:

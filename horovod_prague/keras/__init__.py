@@ -34,25 +34,12 @@ if not _tf.keras.optimizers.Optimizer.__module__.startswith("tf_keras"):
 from horovod.tensorflow.keras import *  # noqa: E402,F403  (the whole Horovod Keras API)
 
 from ..common.import_hook import KERAS_GLOBAL_COLLECTIVES, originals, patch_horovod  # noqa: E402
-from ..tensorflow import add_process_set as add_process_set  # noqa: E402
-from ..tensorflow import add_process_sets as add_process_sets  # noqa: E402
-from ..tensorflow import average_model as average_model  # noqa: E402
-from ..tensorflow import config as config  # noqa: E402
-from ..tensorflow import drain as drain  # noqa: E402
-from ..tensorflow import exchange as exchange  # noqa: E402
-from ..tensorflow import exchange_stats as exchange_stats  # noqa: E402
-from ..tensorflow import finish as finish  # noqa: E402
-from ..tensorflow import init as init  # noqa: E402
-from ..tensorflow import next_group as next_group  # noqa: E402
-from ..tensorflow import partial_allreduce as partial_allreduce  # noqa: E402
-from ..tensorflow import remove_process_set as remove_process_set  # noqa: E402
-from ..tensorflow import runtime as runtime  # noqa: E402
-from ..tensorflow import shutdown as shutdown  # noqa: E402
 from ..tensorflow.binding import binding as _binding  # noqa: E402
 from . import callbacks as callbacks  # noqa: E402
 from .optimizer import DistributedOptimizer as DistributedOptimizer  # noqa: E402
 from .optimizer import install_fit_consensus  # noqa: E402
 
+globals().update(_binding.functions())  # init, partial_allreduce, ... (FUNCTIONS)
 install_fit_consensus()
 patch_horovod("horovod.tensorflow.keras.elastic")  # its run, bound from TensorFlow's at import
 _hvd_keras = originals(sys.modules["horovod.tensorflow.keras"])

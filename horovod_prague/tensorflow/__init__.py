@@ -25,7 +25,7 @@ from typing import Any
 import tensorflow as _tf
 from horovod.tensorflow import *  # noqa: F403  (the whole Horovod API, re-exported)
 
-from ..common.import_hook import PROCESS_SET_FUNCTIONS, TF_GLOBAL_COLLECTIVES
+from ..common.import_hook import TF_GLOBAL_COLLECTIVES
 from .binding import _hvd
 from .binding import binding as _binding
 from .optimizer import DistributedGradientTape as DistributedGradientTape
@@ -34,19 +34,8 @@ from .optimizer import DistributedOptimizer as DistributedOptimizer
 # Prague's elastic module; ``from . import elastic`` would find Horovod's, star-imported above.
 elastic = importlib.import_module(f"{__name__}.elastic")
 
-init = _binding.init
-runtime = _binding.runtime
-config = _binding.config
-next_group = _binding.next_group
-partial_allreduce = _binding.partial_allreduce
-exchange = _binding.exchange
-exchange_stats = _binding.exchange_stats
-drain = _binding.drain
-average_model = _binding.average_model
-finish = _binding.finish
-shutdown = _binding.shutdown
+globals().update(_binding.functions())  # init, partial_allreduce, ... (FUNCTIONS)
 globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TF_GLOBAL_COLLECTIVES})
-globals().update({name: getattr(_binding, name) for name in PROCESS_SET_FUNCTIONS})
 
 
 def join() -> Any:

@@ -26,7 +26,6 @@ import importlib
 from horovod.torch import *  # noqa: F403  (the whole Horovod API, re-exported)
 
 from ..common.import_hook import (
-    PROCESS_SET_FUNCTIONS,
     TORCH_GLOBAL_COLLECTIVES,
     TORCH_WAITING_MODULES,
     patch_horovod,
@@ -41,20 +40,9 @@ from .optimizer import broadcast_optimizer_state as _broadcast_optimizer_state
 # Prague's elastic module; ``from . import elastic`` would find Horovod's, star-imported above.
 elastic = importlib.import_module(f"{__name__}.elastic")
 
-init = _binding.init
-runtime = _binding.runtime
-config = _binding.config
-next_group = _binding.next_group
-partial_allreduce = _binding.partial_allreduce
-exchange = _binding.exchange
-exchange_stats = _binding.exchange_stats
-drain = _binding.drain
-average_model = _binding.average_model
-finish = _binding.finish
-shutdown = _binding.shutdown
+globals().update(_binding.functions())  # init, partial_allreduce, ... (FUNCTIONS)
 globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TORCH_GLOBAL_COLLECTIVES})
 broadcast_optimizer_state = _binding.guard(_broadcast_optimizer_state)
-globals().update({name: getattr(_binding, name) for name in PROCESS_SET_FUNCTIONS})
 patch_horovod(*TORCH_WAITING_MODULES)
 end_epochs_with_consensus(_binding)
 
