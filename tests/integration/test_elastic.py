@@ -1,4 +1,4 @@
-"""Horovod elastic under the flag (issue 26): a plain ``hvd.elastic.run`` script whose
+"""Horovod elastic under the flag: a plain ``hvd.elastic.run`` script whose
 worker dies mid-training; the survivors reset and go on.
 
 Two "hosts" on this machine, as Horovod's own elastic tests make them: ``localhost`` and
@@ -66,11 +66,10 @@ def test_a_lost_worker_leaves_survivors_that_finish_with_one_model(tmp_path, scr
     """Stock Horovod and the flag alike: the worker on ``127.0.0.1`` dies at step 12; the two
     on ``localhost`` reset (under the flag: a new Group Generator and process sets for the
     world of 2) and take the 40 steps, restarting from the last commit. Under the flag they
-    end with the same model, BatchNorm statistics included (before: every survivor aborted
-    in Horovod's shutdown, "terminate called after throwing an instance of
-    'gloo::IoException'"; and, once in a CI run, a TensorFlow survivor's op on a process set
-    that Horovod's way out had removed raised "Process set provided does not exist", not a
-    reset: ``patches/0010``)."""
+    end with the same model, BatchNorm statistics included. A survivor's collective that
+    meets Horovod's way out is Horovod's shut-down error, a reset: never "Process set
+    provided does not exist" (``patches/0010``), never an average kept unrun whose name the
+    next world refuses (``patches/0025``)."""
     reports = _survivors_of_a_lost_worker(script, tmp_path, flags)
     assert all(rep["step"] == 40 for rep in reports)
     if flags:
@@ -154,8 +153,10 @@ def test_the_lone_survivor_goes_on_with_the_options_adapted_to_a_world_of_one(tm
 def test_survivors_average_in_groups_of_their_world_where_the_group_size_is_larger(tmp_path):
     """``-np 4 --min-np 2 --prague-group-size 4``: the worker on ``127.0.0.1`` dies at step 12
     and the two on ``localhost`` reset into a world of 2, which averages in groups of 2 (rank
-    0 warns once); they take the 40 steps in groups and end with one model. Before, every
-    reset failed with "group_size: 4 is larger than the world size 2"."""
+    0 warns once); they take the 40 steps in groups and end with one model. Both worlds'
+    groups are the whole world, on Horovod's global process set, which outlives the reset:
+    an average that raced the first world's end must not hold its name into the second
+    (``patches/0025``)."""
     job = run_ranks(
         "elastic_torch.py",
         tmp_path,

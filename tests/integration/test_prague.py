@@ -234,3 +234,21 @@ def test_horovod_adds_process_sets_at_once(tmp_path, controller):
         assert rep["means"] == {str(p): sum(p) / 2 for p in mine}
         assert "duplicate process set" in rep["refused"]
         assert rep["table"] == sorted([[0, 1, 2, 3], *pairs])
+
+
+def test_collectives_enqueued_as_the_loop_fails_all_end(tmp_path):
+    """Rank 1 leaves while both ranks' threads enqueue grouped all-reduces back to back; every
+    handle of rank 0 completes (with Horovod's shut-down error), each thread's next enqueue is
+    refused with it, and rank 0 ends (``patches/0025``). Stock Horovod kept a collective that
+    checked for the shutdown just before the loop finalized its queue and added its tensors
+    just after, unrun: a wait on it lasted to its deadline, and on the global process set its
+    name was held into the next world, where an elastic survivor's first average was refused
+    as a duplicate. And its loop released the finalized tensors holding the queue's lock,
+    which needs the GIL that an enqueuing thread held while it waited for that lock: rank 0
+    hung in 6 of 33 runs with 4 to 6 busy processes beside it."""
+    job = run_ranks("enqueues_as_loop_fails.py", tmp_path, np=2, timeout=120).check()
+    assert [rep["rank"] for rep in job.reports] == [0], job.output[-3000:]
+    rep = job.reports[0]
+    assert len(rep["refused"]) == 4, rep
+    assert all("Horovod has been shut down" in error for error in rep["refused"]), rep
+    assert rep["enqueued"] > 0 and rep["unfinished"] == 0, rep
