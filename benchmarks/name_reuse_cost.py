@@ -1,5 +1,5 @@
 """What Horovod's response cache saves a P-Reduce: one name reused against a new name per
-average (issue 24, item 7). Pair averages of 1 float and of 4 MB, interleaved in one job.
+average. Pair averages of 1 float and of 4 MB, interleaved in one job.
 
     .venv/bin/python benchmarks/name_reuse_cost.py            # 8 and 16 ranks, Gloo, 3 rounds
 """

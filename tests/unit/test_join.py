@@ -1,4 +1,4 @@
-"""Horovod's ``join`` under Prague (issue 24, item 4): ranks with uneven data.
+"""Horovod's ``join`` under Prague: ranks with uneven data.
 
 A rank that joins leaves the groups (what it owes first), the others average among
 themselves until they join too, ``join`` returns Horovod's result, and every rank then holds
