@@ -78,7 +78,7 @@ def test_missing_system_packages_without_root(bootstrap, monkeypatch):
 
 def test_every_patch_has_a_header_and_applies_with_p1():
     patches = sorted((ROOT / "patches").glob("*.patch"))
-    assert len(patches) == 24
+    assert len(patches) == 25
     for patch in patches:
         text = patch.read_text()
         header = text.split("\n--- a/", 1)[0]
