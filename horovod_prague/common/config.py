@@ -70,6 +70,9 @@ HELP = {
     "each group average's move of a parameter that its momentum buffer takes too, as if the "
     "move had been a step, so a rank's momentum stops pulling its model back toward its own "
     f"data; from 0 (off) to 1; auto: {MOMENTUM_CORRECTION}",
+    "adam_correction": "on (PyTorch): Adam's and AdamW's local steps are lengthened to the "
+    "step they would take on the mean of all ranks' gradients, as under All-Reduce, by a "
+    "factor from 1 to sqrt(ranks) measured from the optimizer's own moments; off",
     "epoch_consensus": "on: the end of each training epoch runs a global average first, so "
     "the script evaluates one model on every rank (PyTorch: a DataLoader's pass over a "
     "DistributedSampler or ElasticSampler of every rank; Keras: fit's validation); off",
@@ -93,6 +96,7 @@ class PragueConfig:
     timeout: float = 60.0
     weighting: str = "progress"
     momentum_correction: str = AUTO
+    adam_correction: str = "on"
     epoch_consensus: str = "on"
     coordinator_addr: str = ""
     coordinator_port: int = 0
@@ -126,6 +130,8 @@ class PragueConfig:
         share = self._auto_or_number("momentum_correction", float, "a share from 0 to 1")
         if share is not None and not 0.0 <= share <= 1.0:
             raise ValueError(f"momentum_correction: must be in [0, 1], got {share}")
+        if self.adam_correction not in ("on", "off"):
+            raise ValueError(f"adam_correction: expected on or off, got {self.adam_correction!r}")
         if self.epoch_consensus not in ("on", "off"):
             raise ValueError(f"epoch_consensus: expected on or off, got {self.epoch_consensus!r}")
         if not 0 <= self.coordinator_port < 65536:

@@ -34,6 +34,7 @@ import torch
 from ..common.arguments import warn_ignored
 from ..common.config import share_at
 from ..common.models import distinct
+from . import adam
 from .binding import _hvd, binding
 from .buffers import ModelFinder
 
@@ -64,6 +65,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
         self._prague_scheduled_from = scheduled_from
         self.backward_passes_per_step = backward_passes_per_step
         self._prague_steps = 0
+        self._adam_scales: list[float] | None = None
         self._synchronized = False
         self._should_synchronize = True
         self._passes: dict[int, int] = {}
@@ -163,14 +165,25 @@ class _PragueOptimizer(torch.optim.Optimizer):
             self.synchronize()
         self._synchronized = False
         self._passes.clear()
-        loss = super().step(closure)
         if _inside_horovod_broadcast():
-            return loss
+            return super().step(closure)
+        with adam.scaled(self, self._adam_step_scales()):
+            loss = super().step(closure)
         self._prague_steps += 1
         if self._prague_scheduled_from is not None:
             self._prague_scheduled_from._opt_called = True  # for its LR scheduler's order check
         binding.exchange(binding.step_tensors(self.prague_tensors()))
         return loss
+
+    def _adam_step_scales(self) -> list[float]:
+        """Each parameter group's factor for this step (``adam_correction``), measured
+        every ``adam.EVERY`` steps; all 1 when it is off or for another optimizer."""
+        if not adam.corrects(self) or binding.config().adam_correction != "on":
+            return []
+        if self._adam_scales is None or self._prague_steps % adam.EVERY == 0:
+            ranks = binding.hvd.size()
+            self._adam_scales = [adam.scale(self, group, ranks) for group in self.param_groups]
+        return self._adam_scales
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state, with Prague's step count."""
@@ -189,6 +202,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
         prague = state.pop(PRAGUE_STATE_KEY, None)
         super().load_state_dict(state)
         self._prague_steps = int(prague["steps"]) if prague else 0
+        self._adam_scales = None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients and the count of accumulated backward passes."""

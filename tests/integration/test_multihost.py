@@ -403,12 +403,15 @@ def test_elastic_survivors_go_on_across_hosts(tmp_path, emulated_hosts):
 CORPUS = REPO / "tests" / "conformance" / "scripts"
 
 
-@pytest.mark.parametrize("script", ["torch_collectives.py", "tf2_custom_loop.py"])
+@pytest.mark.parametrize(
+    "script", ["torch_collectives.py", "torch_transformer_lm.py", "tf2_custom_loop.py"]
+)
 def test_corpus_scripts_across_two_hosts(tmp_path, emulated_hosts, script):
     """Plain scripts of the conformance corpus on 2 hosts x 2 ranks through ssh, under
     ``--prague``, with the corpus's random slowdown: unnamed collectives of every kind mid-run
-    (PyTorch), and a ``DistributedGradientTape`` in a ``tf.function`` (TensorFlow). Every rank
-    ends with the same model and reports the same metric."""
+    (PyTorch), AdamW with a warm-up and cosine schedule, its steps lengthened by
+    ``adam_correction`` (PyTorch), and a ``DistributedGradientTape`` in a ``tf.function``
+    (TensorFlow). Every rank ends with the same model and reports the same metric."""
     hosts = emulated_hosts(2, loopback_name=True)
     out = tmp_path / "reports"
     env = {"CONFORMANCE_OUT": str(out), "CONFORMANCE_SLOW": "0.03,5,0.25"}
