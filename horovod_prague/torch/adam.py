@@ -97,16 +97,21 @@ def scaled(optimizer: torch.optim.Optimizer, scales: list[float]) -> Iterator[No
     """Run the step inside at each group's learning rate times its factor; AdamW's decay
     per step stays ``lr * weight_decay``. The user's values are back on exit, so a scheduler
     and ``state_dict`` see only them."""
-    saved = [(group, group["lr"], group["weight_decay"]) for group in optimizer.param_groups]
+    changed = [
+        (group, factor)
+        for group, factor in zip(optimizer.param_groups, scales, strict=False)  # added since: 1
+        if factor != 1.0
+    ]
+    saved = [(group, group["lr"], group.get("weight_decay")) for group, _ in changed]
+    decoupled = isinstance(optimizer, torch.optim.AdamW)
     try:
-        for group, factor in zip(
-            optimizer.param_groups, scales, strict=False
-        ):  # a group added since: 1
-            if factor != 1.0:
-                group["lr"] = group["lr"] * factor
-                if group.get("decoupled_weight_decay") or isinstance(optimizer, torch.optim.AdamW):
-                    group["weight_decay"] = group["weight_decay"] / factor
+        for group, factor in changed:
+            group["lr"] = group["lr"] * factor
+            if group.get("weight_decay") and (decoupled or group.get("decoupled_weight_decay")):
+                group["weight_decay"] = group["weight_decay"] / factor
         yield
     finally:
         for group, lr, decay in saved:
-            group["lr"], group["weight_decay"] = lr, decay
+            group["lr"] = lr
+            if decay is not None:
+                group["weight_decay"] = decay

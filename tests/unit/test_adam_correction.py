@@ -75,6 +75,18 @@ def test_the_step_is_taken_at_the_scaled_rate_with_adamws_decay_kept():
     assert (opt.param_groups[0]["lr"], opt.param_groups[0]["weight_decay"]) == (0.1, 0.2)
 
 
+def test_an_optimizer_it_does_not_correct_is_left_as_it_is():
+    """No factors (another optimizer, or the option off): nothing is read or written, so an
+    optimizer whose groups have no ``weight_decay`` (or no ``lr``) steps as it would."""
+    param = torch.zeros(2)
+    opt = torch.optim.Adadelta([param])
+    del opt.param_groups[0]["weight_decay"], opt.param_groups[0]["lr"]
+    before = dict(opt.param_groups[0])
+    with adam.scaled(opt, []):
+        pass
+    assert opt.param_groups[0] == before
+
+
 def _train(ranks: int, correct: bool | None, steps: int = 300) -> float:
     """Noisy least squares on ``ranks`` simulated ranks; the loss of the mean model.
     ``correct=None``: All-Reduce (one Adam on the mean gradient); else every rank steps its
