@@ -12,10 +12,14 @@ of the job, nodes of different sizes included, before it registers its process s
 
     >>> differing({"seed": 1, "group_size": 2}, {"seed": 1, "group_size": 4})
     ['group_size']
+
+On one rank, an ``init`` called again while the job runs must repeat the first call's options
+and Horovod arguments (``InitCall.check_same``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -24,6 +28,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from .config import PragueConfig
 from .topology import Topology
 
 SCOPE = "prague-options"
@@ -107,3 +112,43 @@ def _get_or_none(url: str) -> bytes | None:
             return response.read()
     except (urllib.error.URLError, OSError):
         return None
+
+
+@dataclasses.dataclass(frozen=True)
+class InitCall:
+    """The arguments of the ``init`` that started this job: a later call must repeat them,
+    and an elastic reset initializes with them again."""
+
+    comm: Any
+    process_sets: Any
+    prague_options: dict[str, Any]
+    config: PragueConfig
+
+    def compared(self) -> dict[str, Any]:
+        """The options and Horovod arguments, as a repeated ``init`` must give them."""
+        return {
+            **dataclasses.asdict(self.config),
+            "comm": self.comm,
+            "process_sets": _comparable_sets(self.process_sets),
+        }
+
+    def check_same(self, again: InitCall) -> None:
+        """ValueError naming each option or Horovod argument of ``again`` that differs from
+        this call's, with both values."""
+        before, now = self.compared(), again.compared()
+        differing = [k for k in now if now[k] != before[k]]
+        if differing:
+            details = ", ".join(f"{k}={now[k]!r} (was {before[k]!r})" for k in differing)
+            raise ValueError(
+                f"hvd.init() was called again with different options: {details}. Horovod "
+                "and Prague are already running with the first call's; call shutdown() "
+                "before initializing with others"
+            )
+
+
+def _comparable_sets(process_sets: Any) -> Any:
+    """Horovod's ``process_sets`` argument as two calls of ``init`` compare it: sets given
+    by ranks by their ranks, others (an MPI communicator's) as the objects."""
+    if process_sets is None or isinstance(process_sets, str):
+        return process_sets
+    return [s if s.ranks is None else sorted(s.ranks) for s in process_sets]

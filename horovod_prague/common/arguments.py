@@ -1,8 +1,10 @@
-"""Horovod optimizer arguments that have nothing to act on under Prague, for every framework."""
+"""Horovod's checks of ``DistributedOptimizer``'s arguments, and the arguments that have nothing
+to act on under Prague, for every framework."""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 
@@ -23,3 +25,30 @@ def warn_ignored(
             f"local and averages the {averaged} within groups",
             stacklevel=4,
         )
+
+
+def check_horovod_arguments(
+    op: Any,
+    average: Any,
+    gradient_predivide_factor: float,
+    num_groups: int,
+    groups: Any,
+    backward_passes_per_step: int,
+    check_groups: Callable[[Any], None],
+) -> None:
+    """Horovod's checks, in Horovod's order, with its messages: ``gradient_predivide_factor``
+    only with ``op`` ``average``; ``num_groups`` deprecated for ``groups``, which
+    ``check_groups`` (the framework's) checks; ``backward_passes_per_step`` positive."""
+    if gradient_predivide_factor != 1.0 and op != average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn(
+            "Parameter `num_groups` has been replaced by `groups`",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        groups = num_groups if groups is None else groups
+    if groups is not None:
+        check_groups(groups)
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")

@@ -9,12 +9,10 @@ from __future__ import annotations
 import abc
 import atexit
 import collections
-import contextlib
 import dataclasses
 import functools
 import hashlib
 import inspect
-import math
 import sys
 import threading
 import time
@@ -23,23 +21,21 @@ from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
+from .agreement import InitCall
 from .config import PragueConfig
 from .group_generator import Owed, WorldGroup
 from .import_hook import PROCESS_SET_FUNCTIONS
 from .models import MoveFollower, TrackedModels, distinct
 from .overlap import (
-    BackgroundCall,
-    GroupWaitTimeout,
     Overlap,
     OverlappedAverager,
     PendingAverage,
     awaiting,
-    wait_until,
 )
 from .process_sets import PRAGUE_PREFIX
 from .runtime import PragueRuntime, initialize
-from .script_collectives import Started
-from .stopped import late_script_collective, naming_the_stopped_rank, who_did_not_reach
+from .script_waits import ScriptWaits, is_global, ranks_of, report_waiting
+from .stopped import naming_the_stopped_rank
 from .strategies import Group
 
 T = TypeVar("T")
@@ -67,18 +63,6 @@ average running at a time on a rank, and its members cannot drift apart by more 
 (the k-th needs every member), so two tell neighbours apart; Horovod's response cache holds
 an entry per tensor and name (1024 per process set by default): two names leave room for
 models of up to 512 tensors."""
-
-
-def is_global(process_set: Any) -> bool:
-    """Whether ``process_set`` (None: the default) is Horovod's global process set."""
-    return process_set is None or process_set.process_set_id == 0
-
-
-def ranks_of(rt: PragueRuntime, process_set: Any) -> Group:
-    """The ranks of a Horovod process set of ``rt``'s world (None: the global one)."""
-    if is_global(process_set):
-        return rt.world
-    return tuple(sorted(process_set.ranks))
 
 
 @dataclasses.dataclass
@@ -121,6 +105,8 @@ class Binding(abc.ABC):
         self.hvd = hvd
         self.models = TrackedModels()
         """The optimizers' models and momentum followers, kept across elastic resets."""
+        self.script_waits = ScriptWaits(lambda: self.job.runtime, self.runtime)
+        """The waits for the script's own collectives, with the job's deadline."""
         self._crashed = False
         self._init_call: InitCall | None = None
         self._new_job()
@@ -413,81 +399,8 @@ class Binding(abc.ABC):
         return stats
 
     def _report_waiting(self, group: Group, collective: str | None = None) -> None:
-        """Tell the Group Generator this rank has waited long on ``group`` (``awaiting``), or
-        in the script's ``collective`` over the ranks ``group``."""
-        try:
-            self.runtime().client.waiting(group, collective)
-        except Exception:  # noqa: BLE001, S110  (the wait's own deadline reports what is wrong)
-            pass
-
-    def name_script_collective(self, kind: str, name: str | None, process_set: Any) -> Any:
-        """The name a script's collective of ``kind`` goes to Horovod with: its own, or for
-        an unnamed one a name every member gives alike (``script_collectives``), counted per
-        ``process_set`` (any hashable key that tells the sets apart); before ``init``,
-        ``name`` as it is."""
-        rt = self.job.runtime
-        return name if rt is None else rt.script_collectives.name(kind, name, process_set)
-
-    def script_collective_started(self, handle: int, name: str | None, process_set: Any) -> None:
-        """Remember the script's collective ``name`` on ``process_set`` (by its ``handle``),
-        for the deadline of the wait for it (``wait_for_script_collective``)."""
-        rt = self.job.runtime
-        if rt is None or name is None:
-            return
-        rt.script_collectives.started(handle, name, ranks_of(rt, process_set))
-
-    def wait_for_script_collective(self, handle: int, ready: Callable[[], bool]) -> None:
-        """Wait until ``ready()``: the completion of the script's collective of ``handle``.
-
-        A collective the script started under Prague (``script_collective_started``) has the
-        job's ``timeout``: a member that never reaches it (a script whose ranks call different
-        collectives) ends this rank with a GroupWaitTimeout that names the collective and the
-        members that did not reach it, as they told the Group Generator, instead of a wait
-        for ever. Other handles (Horovod's ``join``, which waits for ranks that still train)
-        have no deadline, as in Horovod.
-        """
-        rt = self.job.runtime
-        started = rt.script_collectives.finished(handle) if rt is not None else None
-        if rt is None or started is None:
-            wait_until(ready, math.inf, str)
-            return
-        self._wait_with_deadline(
-            started, rt.config.timeout, lambda seconds, late: wait_until(ready, seconds, late)
-        )
-
-    def run_script_collective(self, call: Callable[[], T], name: str, process_set: Any) -> T:
-        """``call()``, a script's blocking collective ``name`` on ``process_set`` (TensorFlow's
-        eager ops, which wait inside with no deadline), on a background thread, waited for with
-        the job's ``timeout`` as ``wait_for_script_collective`` waits; in place before Prague
-        has started (no Group Generator to tell who is missing)."""
-        rt = self.job.runtime
-        if rt is None or not rt.started:
-            return call()
-        started = Started(name, ranks_of(rt, process_set))
-        running = BackgroundCall(call)
-        self._wait_with_deadline(started, rt.config.timeout, running.result)
-        return running.result(0.0, str)
-
-    def _wait_with_deadline(
-        self, started: Started, timeout: float, wait: Callable[[float, Callable[[], str]], Any]
-    ) -> None:
-        """``wait(seconds, late)`` for the script's collective ``started``, ``timeout`` in all,
-        in two halves: the members that reached it have told the Group Generator so within
-        the first (``awaiting``), and a look at who waits in what then is what the error says
-        where the Group Generator is gone by the deadline (rank 0 may have ended first)."""
-        half = timeout / 2
-        earlier: list[str] = []
-        with awaiting(started.ranks, lambda ranks: self._report_waiting(ranks, started.name)):
-            try:
-                wait(half, str)
-                return
-            except GroupWaitTimeout:
-                with contextlib.suppress(Exception):  # the error at the end says what is known
-                    earlier.append(who_did_not_reach(self.runtime(), started))
-            wait(
-                timeout - half,
-                lambda: late_script_collective(self.runtime(), started, timeout, earlier),
-            )
+        """Tell the Group Generator this rank has waited long on ``group`` (``awaiting``)."""
+        report_waiting(self.runtime, group, collective)
 
     def _occurrence(self, group: Group, values: Sequence[Any]) -> str:
         """The collective name of ``group``'s next occurrence on this rank.
@@ -859,46 +772,6 @@ class Binding(abc.ABC):
             previous(*info)
 
         sys.excepthook = excepthook
-
-
-@dataclasses.dataclass(frozen=True)
-class InitCall:
-    """The arguments of the ``init`` that started this job: a later call must repeat them,
-    and an elastic reset initializes with them again."""
-
-    comm: Any
-    process_sets: Any
-    prague_options: dict[str, Any]
-    config: PragueConfig
-
-    def compared(self) -> dict[str, Any]:
-        """The options and Horovod arguments, as a repeated ``init`` must give them."""
-        return {
-            **dataclasses.asdict(self.config),
-            "comm": self.comm,
-            "process_sets": _comparable_sets(self.process_sets),
-        }
-
-    def check_same(self, again: InitCall) -> None:
-        """ValueError naming each option or Horovod argument of ``again`` that differs from
-        this call's, with both values."""
-        before, now = self.compared(), again.compared()
-        differing = [k for k in now if now[k] != before[k]]
-        if differing:
-            details = ", ".join(f"{k}={now[k]!r} (was {before[k]!r})" for k in differing)
-            raise ValueError(
-                f"hvd.init() was called again with different options: {details}. Horovod "
-                "and Prague are already running with the first call's; call shutdown() "
-                "before initializing with others"
-            )
-
-
-def _comparable_sets(process_sets: Any) -> Any:
-    """Horovod's ``process_sets`` argument as two calls of ``init`` compare it: sets given
-    by ranks by their ranks, others (an MPI communicator's) as the objects."""
-    if process_sets is None or isinstance(process_sets, str):
-        return process_sets
-    return [s if s.ranks is None else sorted(s.ranks) for s in process_sets]
 
 
 def signature(tensors: Iterable[Any]) -> str:

@@ -4,7 +4,7 @@ Inside a ``tf.function`` a script's Horovod collective is an op of the graph: it
 TensorFlow's executor, where no caller's thread can give up on it. So it is watched from
 beside: a staged call marks it ``begin`` just before the op runs and ``end`` just after, and a
 watcher thread waits for the end with the job's timeout, as an eager collective is waited for
-(``Binding._wait_with_deadline``: the Group Generator learns half way what this rank waits
+(``ScriptWaits.with_deadline``: the Group Generator learns half way what this rank waits
 in). A collective that misses its deadline is passed to ``overdue``, which ends it the only
 way an op can be ended from outside: by shutting Horovod down, which every rank's Horovod
 then follows.
@@ -34,7 +34,7 @@ Wait = Callable[[float, Callable[[], str]], None]
 with ``late()`` when ``seconds`` have passed."""
 WaitWithDeadline = Callable[[Started, float, Wait], None]
 """``wait_with_deadline(started, timeout, wait)``: ``wait`` for ``started``, ``timeout`` in
-all (``Binding._wait_with_deadline``)."""
+all (``ScriptWaits.with_deadline``)."""
 
 
 class StagedDeadlines:

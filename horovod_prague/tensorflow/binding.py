@@ -20,7 +20,7 @@ from typing import Any
 import horovod.tensorflow
 import tensorflow as tf
 
-from ..common.binding import Binding, ranks_of
+from ..common.binding import Binding
 from ..common.import_hook import originals
 from ..common.integer_sums import corrected, floor_mean, halves
 from ..common.models import distinct
@@ -33,6 +33,7 @@ from ..common.overlap import (
     late_collective,
 )
 from ..common.script_collectives import Started
+from ..common.script_waits import ranks_of
 from ..common.staged_deadlines import StagedDeadlines
 
 _hvd = originals(horovod.tensorflow)
@@ -126,7 +127,7 @@ class TensorflowBinding(Binding):
         earlier: StagedDeadlines | None = getattr(self, "_deadlines", None)
         if earlier is not None:
             earlier.close()
-        self._deadlines = StagedDeadlines(self._wait_with_deadline, self._overdue)
+        self._deadlines = StagedDeadlines(self.script_waits.with_deadline, self._overdue)
 
     def tensors(self, source: Any) -> list[tf.Variable]:
         if isinstance(source, tf.Variable):
@@ -245,7 +246,7 @@ class TensorflowBinding(Binding):
         process_set: Any,
     ) -> Any:
         """A script's eager collective, run with the job's deadline
-        (``Binding.run_script_collective``), on the device the caller had chosen."""
+        (``ScriptWaits.run``), on the device the caller had chosen."""
         device = _current_device()
 
         def call() -> Any:
@@ -253,7 +254,7 @@ class TensorflowBinding(Binding):
                 return collective(*args, **kwargs)
 
         name = bound.get("name") or collective.__name__
-        return self.run_script_collective(call, str(name), process_set)
+        return self.script_waits.run(call, str(name), process_set)
 
     def _begin_watch(self, site: _Site) -> None:
         """A staged collective's inputs are ready and its op is about to run: watch it with

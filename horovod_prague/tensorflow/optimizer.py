@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import functools
 import sys
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
-from ..common.arguments import warn_ignored
+from ..common.arguments import check_horovod_arguments, warn_ignored
 from ..common.models import distinct
 from .binding import PragueSteps, _hvd, binding, run_eagerly
 from .momentum import PRAGUE_WRAPPED, follow_momentum
@@ -203,22 +202,23 @@ def check_arguments(
     compression: Any,
 ) -> None:
     """Horovod's argument checks; warnings for what has nothing to act on under Prague."""
-    if gradient_predivide_factor != 1.0 and op != _hvd.Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if num_groups != 0:
-        warnings.warn(
-            "Parameter `num_groups` has been replaced by `groups`",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        groups = num_groups if groups is None else groups
-    if groups is not None and not (isinstance(groups, list) or groups > 0):
+    check_horovod_arguments(
+        op,
+        _hvd.Average,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        backward_passes_per_step,
+        _check_groups,
+    )
+    warn_ignored(compression, op, _hvd.Compression.none, _hvd.Average, "variables")
+
+
+def _check_groups(groups: Any) -> None:
+    if not (isinstance(groups, list) or groups > 0):
         raise ValueError(
             "groups should be a non-negative integer or a list of list of tf.Variable."
         )
-    if backward_passes_per_step <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
-    warn_ignored(compression, op, _hvd.Compression.none, _hvd.Average, "variables")
 
 
 def DistributedOptimizer(  # noqa: N802  (Horovod's name)

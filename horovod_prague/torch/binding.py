@@ -282,13 +282,13 @@ def synchronize(handle: int) -> Any:
 
     The result and the errors are Horovod's. A script's collective that a member never reaches
     raises after the job's timeout, naming it and the members that did not reach it
-    (``Binding.wait_for_script_collective``). Horovod's spins (poll, yield, poll); on ranks that
+    (``ScriptWaits.wait``). Horovod's spins (poll, yield, poll); on ranks that
     share cores, each spinning rank takes CPU from the background loops, which under Prague
     negotiate every group's process set each cycle, and global collectives then stalled for
     seconds (docs/design.md, *Busy waiting*).
     """
     if handle in horovod.torch.mpi_ops._handle_map:  # else Horovod's returns None at once
-        binding.wait_for_script_collective(handle, lambda: _hvd.poll(handle))
+        binding.script_waits.wait(handle, lambda: _hvd.poll(handle))
     return _horovods_synchronize(handle)
 
 

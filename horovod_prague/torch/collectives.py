@@ -5,7 +5,7 @@ through one private function per kind in ``horovod.torch.mpi_ops`` (``_allreduce
 ``_allgather_async`` ...), which takes the name. Prague puts the functions of the same names
 here in their place (``import_hook.TORCH_NAMED_FUNCTIONS``), so an unnamed collective gets a name
 that every member gives it alike, and the script's collective is remembered for its wait's
-deadline (``horovod_prague.common.script_collectives``, ``Binding.wait_for_script_collective``).
+deadline (``horovod_prague.common.script_collectives``, ``ScriptWaits.wait``).
 Prague's own collectives pass through them with their names unchanged.
 """
 
@@ -33,10 +33,10 @@ def _named(function: str) -> Callable[..., int]:
         process_set = bound.arguments.get("process_set", _mpi_ops.global_process_set)
         # By id and ranks: Horovod may give a removed set's id to a set of other ranks.
         key = (process_set.process_set_id, tuple(process_set.ranks or ()))
-        name = binding.name_script_collective(kind, bound.arguments["name"], key)
+        name = binding.script_waits.name(kind, bound.arguments["name"], key)
         bound.arguments["name"] = name
         handle = original(*bound.args, **bound.kwargs)
-        binding.script_collective_started(handle, name, process_set)
+        binding.script_waits.started(handle, name, process_set)
         return handle
 
     call.__name__ = call.__qualname__ = function

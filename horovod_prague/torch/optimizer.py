@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..common.arguments import warn_ignored
+from ..common.arguments import check_horovod_arguments, warn_ignored
 from ..common.config import share_at
 from ..common.models import distinct
 from . import adam
@@ -303,31 +303,31 @@ def _check_horovod_arguments(
 ) -> None:
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer)}")
-    if gradient_predivide_factor != 1.0 and op != _hvd.Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if num_groups != 0:
-        warnings.warn(
-            "Parameter `num_groups` has been replaced by `groups`",
-            DeprecationWarning,
-            stacklevel=3,
+    check_horovod_arguments(
+        op,
+        _hvd.Average,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        backward_passes_per_step,
+        _check_groups,
+    )
+
+
+def _check_groups(groups: Any) -> None:
+    if isinstance(groups, list):
+        seen: set[int] = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise ValueError("A parameter can only appear once in groups.")
+                seen.add(id(p))
+    elif not (isinstance(groups, int) and groups > 0):
+        raise ValueError(
+            "groups should be a non-negative integer or a list of list of torch.Tensor."
         )
-        groups = num_groups if groups is None else groups
-    if groups is not None:
-        if isinstance(groups, list):
-            seen: set[int] = set()
-            for group in groups:
-                for p in group:
-                    if not isinstance(p, torch.Tensor):
-                        raise ValueError("groups must consist of torch.Tensor.")
-                    if id(p) in seen:
-                        raise ValueError("A parameter can only appear once in groups.")
-                    seen.add(id(p))
-        elif not (isinstance(groups, int) and groups > 0):
-            raise ValueError(
-                "groups should be a non-negative integer or a list of list of torch.Tensor."
-            )
-    if backward_passes_per_step <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
 
 
 def _check_named_parameters(

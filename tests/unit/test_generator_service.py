@@ -364,7 +364,7 @@ class SlowToNoteWaits(GroupGenerator):
 
 @pytest.mark.parametrize("late", [1, 2])
 def test_a_report_answered_late_leaves_the_connection_working(late):
-    """A slow-wait report that times out is given up (``Binding._report_waiting`` swallows
+    """A slow-wait report that times out is given up (``script_waits.report_waiting`` swallows
     the error); its late reply is dropped, and the rank's next requests are answered."""
     gg = SlowToNoteWaits(make_strategy(PragueConfig(strategy="static"), Topology(4, 2)))
     with GroupGeneratorServer(gg, TOKEN, "fp") as srv:
