@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
 REQUIREMENTS = ROOT / "requirements" / "dev.txt"
-PATCHES = sorted((ROOT / "patches").glob("*.patch"))
 CACHE = Path(os.environ.get("HOROVOD_PRAGUE_CACHE", Path.home() / ".cache" / "horovod-prague"))
 
 HOROVOD_VERSION = "0.28.1"
@@ -62,6 +61,23 @@ MIN_FREE_GIB_BUILD = 6
 
 class SetupError(Exception):
     """A problem the user must fix; the message says what and how."""
+
+
+def read_series(patches: Path) -> list[Path]:
+    """The patches in ``patches/series`` order (one file name a line; ``#`` comments). Every
+    ``*.patch`` there must be listed once, and every name listed must exist."""
+    names = [
+        line.strip()
+        for line in (patches / "series").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    present = sorted(p.name for p in patches.glob("*.patch"))
+    if sorted(names) != present or len(set(names)) != len(names):
+        raise SetupError(
+            f"{patches / 'series'} must list every *.patch there once: listed {names}, "
+            f"present {present}"
+        )
+    return [patches / name for name in names]
 
 
 def main() -> int:
@@ -160,10 +176,11 @@ def check_framework_versions() -> dict[str, str]:
 
 
 def ensure_horovod(versions: dict[str, str]) -> None:
+    patches = read_series(ROOT / "patches")
     key = digest(
         [
             HOROVOD_SDIST_SHA256.encode(),
-            *(p.read_bytes() for p in PATCHES),
+            *(p.read_bytes() for p in patches),
             repr(sorted(versions.items())).encode(),
         ]
     )[:20]
@@ -176,7 +193,7 @@ def ensure_horovod(versions: dict[str, str]) -> None:
     if wheels:
         step(f"installing cached Horovod wheel {wheels[0]}")
     else:
-        wheels = [build_horovod(key, wheel_dir)]
+        wheels = [build_horovod(key, wheel_dir, patches)]
     pip(
         ["install", "--no-deps", "--force-reinstall", str(wheels[0])],
         CACHE / "logs" / "pip-horovod.log",
@@ -184,13 +201,13 @@ def ensure_horovod(versions: dict[str, str]) -> None:
     stamp.write_text(key)
 
 
-def build_horovod(key: str, wheel_dir: Path) -> Path:
+def build_horovod(key: str, wheel_dir: Path, patches: list[Path]) -> Path:
     check_disk(CACHE, MIN_FREE_GIB_BUILD, "building Horovod")
     sdist = fetch_sdist()
     log = CACHE / "logs" / f"horovod-build-{key}.log"
     jobs = os.environ.get("HOROVOD_PRAGUE_JOBS", str(os.cpu_count() or 2))
     step(
-        f"building Horovod {HOROVOD_VERSION} with {len(PATCHES)} patches, {jobs} jobs "
+        f"building Horovod {HOROVOD_VERSION} with {len(patches)} patches, {jobs} jobs "
         f"(once per machine: about 5 minutes on 2 idle cores); log: {log}"
     )
     started = time.monotonic()
@@ -198,7 +215,7 @@ def build_horovod(key: str, wheel_dir: Path) -> Path:
         with tarfile.open(sdist) as tar:
             tar.extractall(tmp, filter="tar")
         src = Path(tmp) / f"horovod-{HOROVOD_VERSION}"
-        for patch in PATCHES:
+        for patch in patches:
             result = subprocess.run(
                 ["patch", "-p1", "--forward", "--batch", "-i", str(patch)],
                 cwd=src,

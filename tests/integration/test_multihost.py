@@ -163,7 +163,7 @@ def test_groups_of_three_across_hosts(tmp_path, emulated_hosts):
     """Groups of 3 hold different local ranks on different hosts (e.g. [1, 2, 5] on
     ``h1:3,h2:3``): Horovod 0.28.1 named such a process set's cross-host Gloo context after the
     rank's place in the set, not its local rank, so members waited in different rendezvous and
-    every rank's init failed after Gloo's timeout (``patches/0011``).
+    every rank's init failed after Gloo's timeout (``patches/0007``).
 
     With the threshold rule off, as in the tests above: under the default a generation whose
     partner across the link lags or still owes a group falls back to a group inside the host,

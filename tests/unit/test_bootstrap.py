@@ -76,11 +76,24 @@ def test_missing_system_packages_without_root(bootstrap, monkeypatch):
         bootstrap.ensure_system_packages()
 
 
-def test_every_patch_has_a_header_and_applies_with_p1():
-    patches = sorted((ROOT / "patches").glob("*.patch"))
-    assert len(patches) == 25
+def test_every_patch_has_a_header_and_applies_with_p1(bootstrap):
+    patches = bootstrap.read_series(ROOT / "patches")
+    assert len(patches) == 22
     for patch in patches:
         text = patch.read_text()
         header = text.split("\n--- a/", 1)[0]
         assert len(header.strip().splitlines()) >= 3, f"{patch.name} explains nothing"
         assert "\n--- a/" in text and "\n+++ b/" in text
+
+
+def test_the_series_lists_every_patch_once(bootstrap, tmp_path):
+    (tmp_path / "a.patch").write_text("")
+    (tmp_path / "b.patch").write_text("")
+    (tmp_path / "series").write_text("# comment\nb.patch\n\na.patch\n")
+    assert [p.name for p in bootstrap.read_series(tmp_path)] == ["b.patch", "a.patch"]
+    (tmp_path / "series").write_text("b.patch\n")
+    with pytest.raises(bootstrap.SetupError, match="must list every"):
+        bootstrap.read_series(tmp_path)
+    (tmp_path / "series").write_text("a.patch\nb.patch\nb.patch\n")
+    with pytest.raises(bootstrap.SetupError, match="must list every"):
+        bootstrap.read_series(tmp_path)
