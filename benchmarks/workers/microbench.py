@@ -20,7 +20,8 @@ import torch
 from _timing import interleaved_medians
 
 import horovod_prague.torch as hvd
-from horovod_prague.common.generator_service import GroupGeneratorClient, GroupGeneratorServer
+from horovod_prague.common.generator_client import GroupGeneratorClient
+from horovod_prague.common.generator_service import GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.protocol import new_token
 from horovod_prague.common.strategies import make_strategy

@@ -24,7 +24,9 @@ it cannot reach any other address of the machine. IPv6 is off on these interface
 no delay emulation (no ``sch_netem`` in this kernel), only bandwidth (``tbf``).
 
 Root only. Standard library only; importable (``Hosts.up(2)``; ``prague-bench --hosts``
-uses it) and run as ``scripts/hosts.py``.
+uses it) and run as ``scripts/hosts.py``. One file, as the hosts are one thing to make and
+take down: the namespaces, their sshd and the state directory are made together and undone
+in reverse order.
 """
 
 from __future__ import annotations

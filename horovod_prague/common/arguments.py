@@ -7,6 +7,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from .config import PragueConfig
+
 
 def warn_ignored(
     compression: Any, op: Any, no_compression: Any, average: Any, averaged: str
@@ -52,3 +54,24 @@ def check_horovod_arguments(
         check_groups(groups)
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
+
+
+def check_sync_every(sync_every: int | None, config: Callable[[], PragueConfig]) -> None:
+    """ValueError unless ``sync_every`` (an optimizer's argument) is None or the job's
+    (``config()``, asked only then).
+
+    The periodic global average is the Group Generator's (``WorldGroup``), made for every
+    rank at once from the job's option; one optimizer cannot have its own period.
+    """
+    if sync_every is None:
+        return
+    if sync_every < 0:
+        raise ValueError(f"sync_every: must be >= 0 (0 = never), got {sync_every}")
+    job = config().sync_every
+    if sync_every != job:
+        raise ValueError(
+            f"sync_every={sync_every} differs from the job's sync_every={job} "
+            "(--prague-sync-every, HOROVOD_PRAGUE_SYNC_EVERY): the periodic global average "
+            "is made for all ranks and optimizers at once, so set it for the job and leave "
+            "the optimizer's sync_every unset"
+        )

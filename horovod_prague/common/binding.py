@@ -2,6 +2,13 @@
 
 ``horovod_prague.torch`` and ``horovod_prague.tensorflow`` each make one ``Binding`` and export
 its methods as module functions.
+
+One class in one file: the step path (``exchange`` to ``finish``), the lifecycle (``init``,
+``reset``, the exit hooks) and the guard of the script's collectives (``consensus``,
+``settle``) share one job's state and call each other. What they use and can stand alone is
+in modules of its own: the tracked models (``models``), the step counters (``step_stats``),
+the collective names (``process_sets.AverageNames``), the waits of the script's collectives
+(``script_waits``), the error that names a stopped rank (``stopped``).
 """
 
 from __future__ import annotations
@@ -11,13 +18,10 @@ import atexit
 import collections
 import dataclasses
 import functools
-import hashlib
 import inspect
 import sys
-import threading
-import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -25,16 +29,17 @@ from .agreement import InitCall
 from .config import PragueConfig
 from .group_generator import Owed, WorldGroup
 from .import_hook import PROCESS_SET_FUNCTIONS
-from .models import MoveFollower, TrackedModels, distinct
+from .models import TrackedModels
 from .overlap import (
     Overlap,
     OverlappedAverager,
     PendingAverage,
     awaiting,
 )
-from .process_sets import PRAGUE_PREFIX
+from .process_sets import PRAGUE_PREFIX, AverageNames
 from .runtime import PragueRuntime, initialize
 from .script_waits import ScriptWaits, is_global, ranks_of, report_waiting
+from .step_stats import StepStats
 from .stopped import naming_the_stopped_rank
 from .strategies import Group
 
@@ -57,13 +62,6 @@ FUNCTIONS = (
 """Prague's functions that every framework package exports: its binding's methods
 (``Binding.functions``)."""
 
-NAME_CYCLE = 2
-"""Collective names a group's averages take in turn (``Binding._occurrence``). A group has one
-average running at a time on a rank, and its members cannot drift apart by more than one
-(the k-th needs every member), so two tell neighbours apart; Horovod's response cache holds
-an entry per tensor and name (1024 per process set by default): two names leave room for
-models of up to 512 tensors."""
-
 
 @dataclasses.dataclass
 class Job:
@@ -74,20 +72,14 @@ class Job:
     """The Group Generator connection, the options and process sets (None before ``init``)."""
     averager: OverlappedAverager | None = None
     """The group averages in flight, where the job overlaps them."""
-    occurrences: collections.Counter[Group] = dataclasses.field(default_factory=collections.Counter)
-    """How many averages of each group this rank has started (``Binding._occurrence``)."""
+    names: AverageNames = dataclasses.field(default_factory=AverageNames)
+    """The collective names of this rank's group averages."""
     last_exchanged: list[Any] = dataclasses.field(default_factory=list)
     """The tensors the last Prague step averaged (``Binding.tracked`` without a model)."""
     exchanges_since_consensus: int = 0
     """Prague steps since the last consensus (the guard's count)."""
-    exchange_counts: collections.Counter[str] = dataclasses.field(
-        default_factory=collections.Counter
-    )
-    """``exchange_stats``'s counters."""
-    exchange_s: float = 0.0
-    """Seconds spent in Prague steps."""
-    stepping_thread: int | None = None
-    """The thread that took the last Prague step (``threading.get_ident``)."""
+    stats: StepStats = dataclasses.field(default_factory=StepStats)
+    """How this rank's Prague steps went (``exchange_stats``)."""
 
 
 class Binding(abc.ABC):
@@ -167,8 +159,8 @@ class Binding(abc.ABC):
         pending = self.pending_average(
             tensors, name, process_set, size, self.average_weight(), overlap
         )
-        if self.follows_moves():
-            pending.moved = self.moved
+        if self.models.followed:
+            pending.moved = self.models.moved
         return pending
 
     @property
@@ -321,16 +313,10 @@ class Binding(abc.ABC):
         periodic global average (a ``WorldGroup``, every ``sync_every`` steps) runs blocking
         after a drain. Returns the group asked for, or None when this step asked for none.
         """
-        began = time.perf_counter()
-        try:
-            return self._exchange(tensors)
-        finally:
-            self.job.exchange_s += time.perf_counter() - began
+        with self.job.stats.step() as counts:
+            return self._exchange(tensors, counts)
 
-    def _exchange(self, tensors: Any) -> Group | None:
-        counts = self.job.exchange_counts
-        counts["steps"] += 1
-        self.job.stepping_thread = threading.get_ident()
+    def _exchange(self, tensors: Any, counts: collections.Counter[str]) -> Group | None:
         values = self.tensors(tensors)
         self._note_exchange(values)
         if self.job.averager is None:
@@ -374,12 +360,12 @@ class Binding(abc.ABC):
         steps, a straggler's, pulls its partners back less; None under ``equal``."""
         if self.config().weighting == "equal":
             return None
-        return float(max(1, self.job.exchange_counts["steps"]))
+        return float(max(1, self.job.stats.steps))
 
     @property
     def steps_taken(self) -> int:
         """This job's Prague steps on this rank (``exchange`` calls) so far."""
-        return self.job.exchange_counts["steps"]
+        return self.job.stats.steps
 
     def exchange_stats(self) -> dict[str, int]:
         """How this rank's ``exchange`` calls went: ``steps``; ``averaged`` (a group average
@@ -389,51 +375,34 @@ class Binding(abc.ABC):
         groups decided for steps that ``average_model`` or ``finish`` ran instead; and the
         milliseconds spent in ``exchange`` (``exchange_ms``), of which waiting for
         averages in flight (``waited_ms``)."""
-        stats = {
-            k: self.job.exchange_counts[k]
-            for k in ("steps", "averaged", "alone", "in_flight", "waited", "owed")
-        }
         waited_s = self.job.averager.waited_s if self.job.averager is not None else 0.0
-        stats["exchange_ms"] = round(1e3 * self.job.exchange_s)
-        stats["waited_ms"] = round(1e3 * waited_s)
-        return stats
+        return self.job.stats.as_dict(waited_s)
 
     def _report_waiting(self, group: Group, collective: str | None = None) -> None:
         """Tell the Group Generator this rank has waited long on ``group`` (``awaiting``)."""
         report_waiting(self.runtime, group, collective)
 
     def _occurrence(self, group: Group, values: Sequence[Any]) -> str:
-        """The collective name of ``group``'s next occurrence on this rank.
-
-        Members run their shared groups in one order, so the k-th occurrence is the same
-        collective on each. The name carries k modulo ``NAME_CYCLE``: a member an
-        occurrence ahead of its partner (a bug in the order) waits on another name and
-        times out naming the group, while Horovod's response cache, which serves only a
-        name it has seen, skips the full negotiation of the rest. The name ends with a
-        digest of the tensors' dtypes and shapes: members that would average different
-        tensors (a bug in how a script steps) wait on different names and time out naming
-        the group, instead of averaging unrelated values.
-        """
-        self.job.occurrences[group] += 1
-        k = self.job.occurrences[group] % NAME_CYCLE
-        return f"{self.runtime().name(group)}.n{k}.{signature(values)}"
+        """The collective name of ``group``'s next average on this rank (``AverageNames``)."""
+        return self.job.names.next(self.runtime().name(group), group, values)
 
     def _run_owed(self, values: list[Any], owed: Owed) -> None:
         """Run what the Group Generator says this rank owes, in order, blocking.
 
-        Each owed group averages what an optimizer step averages (``step_tensors``): its other
-        members may run it as a step. Each world average averages ``_world_tensors``: every
-        rank runs it from ``average_model`` or ``finish``. After a drain nothing is in flight,
+        Each owed group averages what an optimizer step averages
+        (``TrackedModels.step_tensors``): its other members may run it as a step. Each world
+        average averages ``TrackedModels.world_tensors``: every rank runs it from
+        ``average_model`` or ``finish``. After a drain nothing is in flight,
         so a blocking average is what the overlapped one would give, through the same
         collectives: a member that took the same group with ``next_group`` and runs it
         overlapped meets this one.
         """
         self.drain()
-        self.job.exchange_counts["owed"] += len(owed.groups)
-        step_values = self.step_tensors(values)
+        self.job.stats.counts["owed"] += len(owed.groups)
+        step_values = self.models.step_tensors(values)
         for group in owed.groups:
             self._average_group(step_values, group)
-        world_values = self._world_tensors(values)
+        world_values = self.models.world_tensors(values)
         for _ in range(owed.world_averages):
             self._average_group(world_values, self.runtime().world, consensus=True)
 
@@ -481,7 +450,7 @@ class Binding(abc.ABC):
         rt.finals += 1
         with awaiting(rt.world, self._report_waiting):
             self.average(
-                self._world_tensors(values),
+                self.models.world_tensors(values),
                 f"{PRAGUE_PREFIX}final.{rt.finals}",
                 self.hvd.global_process_set,
                 rt.topology.size,
@@ -538,63 +507,6 @@ class Binding(abc.ABC):
             self.job.runtime = None
         self.hvd.shutdown()
 
-    def track(self, tensors: Callable[[], list[Any]]) -> None:
-        """Register a model, as a function that lists its tensors (the optimizers do this).
-
-        Tracked models are what ``consensus``, the guarded collectives and ``leave`` average.
-        """
-        self.models.track(tensors)
-
-    def follow_moves(self, follower: MoveFollower, changes: object) -> None:
-        """Have ``follower(tensor, move, scale)`` called whenever a group average (of any
-        size, but not a ``WorldGroup`` or a consensus) adds ``scale * move`` to a
-        floating-point ``tensor``: an optimizer's momentum takes its share
-        (``momentum_correction``). World averages (syncs, consensus, the final one) are not
-        reported: they bring every rank to one model and leave the optimizers as they are.
-
-        ``changes`` is what the follower changes (an optimizer's state): a later follower of
-        the same replaces it, so two wrappers of one optimizer correct its buffers once. Like
-        ``track``, this keeps the follower for the binding's life.
-        """
-        self.models.follow(follower, changes)
-
-    def follow_momentum(
-        self,
-        follower: MoveFollower | None,
-        changes: object,
-        name: str,
-        corrected: str,
-        stacklevel: int = 1,
-    ) -> None:
-        """Follow the moves with ``follower``, the momentum correction of an optimizer (its
-        class ``name``) that changes ``changes`` (``follow_moves``), unless the share is 0.
-        None: the optimizer keeps no momentum the framework can correct, and an explicit
-        ``momentum_correction`` warns, saying which the framework corrects (``corrected``);
-        ``stacklevel`` as ``warnings.warn`` would count it in the caller."""
-        if self.momentum_share() == 0:
-            return
-        if follower is not None:
-            self.follow_moves(follower, changes)
-        elif self.config().momentum_correction_set():
-            warnings.warn(
-                f"momentum_correction={self.config().momentum_correction}: {name} keeps no "
-                f"momentum for it to correct (it corrects {corrected} with momentum > 0)",
-                stacklevel=stacklevel + 1,
-            )
-
-    def follows_moves(self) -> bool:
-        """Whether any follower waits for moves (else the framework need not report them)."""
-        return self.models.followed
-
-    def momentum_share(self) -> float:
-        """The share of each group average's move an optimizer's momentum takes
-        (``momentum_correction``)."""
-        return self.config().momentum_share()
-
-    def moved(self, tensor: Any, move: Any, scale: float) -> None:
-        """A framework's report that a group average added ``scale * move`` to ``tensor``."""
-        self.models.moved(tensor, move, scale)
-
     def tracked(self) -> list[Any]:
         """The tensors of every tracked model, each once, in registration order.
 
@@ -604,41 +516,6 @@ class Binding(abc.ABC):
         if not self.models:
             return list(self.job.last_exchanged)
         return self.models.tensors()
-
-    def step_tensors(self, own: list[Any]) -> list[Any]:
-        """What an optimizer's Prague step averages: every tracked model (``own`` if none).
-
-        The Group Generator's groups belong to ranks, not to optimizers: with two optimizers,
-        rank i's first may meet rank j's second in a group. Averaging every tracked model at
-        every step makes each group average the same tensors on every member.
-        """
-        return self.tracked() if self.models else own
-
-    def _world_tensors(self, values: list[Any]) -> list[Any]:
-        """What a world average of ``average_model`` or ``finish`` averages: every tracked
-        model in registration order, then those of ``values`` not among them, in their order.
-
-        Tracked models are included so that a consensus leaves every one of them equal on all
-        ranks, and come first so that the order does not depend on how the caller lists them:
-        ``finish([p1, p2])`` on one rank and a consensus over an optimizer's ``[p2, p1]`` on
-        another pair the same tensors.
-        """
-        return distinct([*self.step_tensors(values), *values])
-
-    def check_sync_every(self, sync_every: int | None) -> None:
-        """ValueError unless ``sync_every`` (an optimizer's argument) is None or the job's.
-
-        The periodic global average is the Group Generator's (``WorldGroup``), made for every
-        rank at once from the job's option; one optimizer cannot have its own period.
-        """
-        job = self.config().sync_every
-        if sync_every is not None and sync_every != job:
-            raise ValueError(
-                f"sync_every={sync_every} differs from the job's sync_every={job} "
-                "(--prague-sync-every, HOROVOD_PRAGUE_SYNC_EVERY): the periodic global average "
-                "is made for all ranks and optimizers at once, so set it for the job and leave "
-                "the optimizer's sync_every unset"
-            )
 
     def consensus(self) -> None:
         """Average the tracked models globally if they changed since the last consensus.
@@ -772,14 +649,3 @@ class Binding(abc.ABC):
             previous(*info)
 
         sys.excepthook = excepthook
-
-
-def signature(tensors: Iterable[Any]) -> str:
-    """A short digest of the tensors' dtypes and shapes, in order.
-
-    >>> import numpy as np
-    >>> signature([np.zeros(3)]) == signature([np.ones(3)]) != signature([np.zeros(4)])
-    True
-    """
-    described = ";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors)
-    return hashlib.sha1(described.encode()).hexdigest()[:8]

@@ -1,10 +1,11 @@
-"""The Group Generator service: one server thread on rank 0 and the client every rank uses.
+"""The Group Generator service: one server thread on rank 0 (its client: ``generator_client``).
 
 >>> from horovod_prague.common.strategies import AllreduceStrategy
 >>> from horovod_prague.common.topology import Topology
 >>> from horovod_prague.common.group_generator import GroupGenerator
 >>> from horovod_prague.common.protocol import new_token
 >>> token = new_token()
+>>> from horovod_prague.common.generator_client import GroupGeneratorClient
 >>> gg = GroupGenerator(AllreduceStrategy(Topology(2, 2), 2, 1, 0))
 >>> with GroupGeneratorServer(gg, token, fingerprint="f") as server:
 ...     with GroupGeneratorClient(*server.address, token, rank=1, timeout=5) as client:
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import errno
-import itertools
 import logging
 import math
 import selectors
@@ -35,19 +35,16 @@ import threading
 import time
 from typing import Any
 
-from .group_generator import GroupGenerator, Owed, WorldGroup
+from .group_generator import GroupGenerator, WorldGroup
 from .protocol import (
     MAX_FRAME,
     MAX_HELLO_FRAME,
-    MAX_REPLY,
     OPS,
     Channel,
-    GroupGeneratorTimeout,
     ProtocolError,
-    greet,
-    receive,
+    close_quietly,
+    owed_message,
 )
-from .strategies import Group
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +226,7 @@ class GroupGeneratorServer:
             for conn in list(self._connections):
                 self._drop(conn)
             self._selector.close()
-            _quiet_close(self._listener)
+            close_quietly(self._listener)
             self._wake_r.close()
 
     def _drain_wake(self) -> None:
@@ -277,7 +274,7 @@ class GroupGeneratorServer:
             if not isinstance(e, OSError):
                 log.exception("Prague Group Generator: unexpected error on a new connection")
             if conn is None:
-                _quiet_close(sock)
+                close_quietly(sock)
             else:
                 self._drop(conn)
 
@@ -372,14 +369,14 @@ class GroupGeneratorServer:
             if not isinstance(sync_id, int) or isinstance(sync_id, bool) or sync_id < 1:
                 raise _Refused(f"'sync' must be a positive integer, got {sync_id!r}")
             owed = gg.sync(conn.rank, sync_id)
-            return _owed_reply(owed)
+            return owed_message(owed)
         if op == "settle":
             members = message.get("members")
             if not isinstance(members, list) or len(members) > gg.size:
                 raise _Refused(f"'members' must be a list of ranks, got {members!r:.80}")
-            return _owed_reply(gg.settle(conn.rank, tuple(members)))
+            return owed_message(gg.settle(conn.rank, tuple(members)))
         if op == "finish":
-            return _owed_reply(gg.finish(conn.rank))
+            return owed_message(gg.finish(conn.rank))
         if op == "rejoin":
             return {"syncs": gg.rejoin(conn.rank)}
         if op == "waiting":
@@ -496,182 +493,7 @@ class GroupGeneratorServer:
             self._selector.unregister(conn.sock)
         except (KeyError, ValueError):
             pass
-        _quiet_close(conn.sock)
-
-
-class GroupGeneratorClient:
-    """One rank's connection to the Group Generator; every request has ``timeout`` seconds.
-
-    A request whose reply carries nothing the rank acts on (``DISPOSABLE``: ``waiting``,
-    ``stats``) may time out and leave the connection open: its late reply, known by the id it
-    echoes, is read and dropped before the next reply. After a timeout of any other request
-    (its reply decides what the rank must do next: skipping it would leave the rank out of
-    step with the Group Generator), or any protocol or connection error, the connection is
-    closed for good; later requests raise ConnectionError naming the first error.
-    """
-
-    DISPOSABLE = frozenset({"waiting", "stats"})
-
-    def __init__(self, host: str, port: int, token: bytes, rank: int, timeout: float) -> None:
-        self.where = f"{host}:{port}"
-        self.token = token
-        self.rank = rank
-        self._timeout = timeout
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._broken: str | None = None
-        self._abandoned: collections.deque[tuple[int, str]] = collections.deque()
-        self._channel = Channel(token, "client", limit=MAX_REPLY)
-        try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as e:
-            raise ConnectionError(
-                f"rank {rank} could not reach the Prague Group Generator on rank 0 at "
-                f"{self.where} within {timeout:g}s: {e}. Check that rank 0 is running and "
-                "that HOROVOD_PRAGUE_COORDINATOR_ADDR names an address this host can reach."
-            ) from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            greet(self._sock, self._channel)
-        except TimeoutError:
-            self.close()
-            raise GroupGeneratorTimeout(
-                f"rank {rank}: the Prague Group Generator at {self.where} did not greet within "
-                f"{timeout:g}s (HOROVOD_PRAGUE_TIMEOUT)"
-            ) from None
-        except (OSError, ProtocolError) as e:
-            self.close()
-            raise ConnectionError(
-                f"rank {rank}: the Prague Group Generator at {self.where} failed the greeting: {e}"
-            ) from None
-
-    @property
-    def timeout(self) -> float:
-        """Seconds each request waits for its reply (and the greeting waited)."""
-        return self._timeout
-
-    @timeout.setter
-    def timeout(self, seconds: float) -> None:
-        self._timeout = seconds
-        self._sock.settimeout(seconds)
-
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        with self._lock:
-            if self._broken is not None:
-                raise ConnectionError(
-                    f"rank {self.rank}: the connection to the Prague Group Generator at "
-                    f"{self.where} was lost after an earlier error ({self._broken}); "
-                    "it is not reopened"
-                )
-            request_id = next(self._ids)
-            sent = False
-            try:
-                self._sock.sendall(self._channel.seal({"op": op, "id": request_id, **fields}))
-                sent = True
-                reply = self._reply_after_late_ones(op)
-            except TimeoutError:
-                if sent and op in self.DISPOSABLE:
-                    self._abandoned.append((request_id, op))
-                else:
-                    self._break(f"{op!r} timed out after {self.timeout:g}s")
-                raise GroupGeneratorTimeout(
-                    f"rank {self.rank}: the Prague Group Generator at {self.where} did not "
-                    f"answer {op!r} within {self.timeout:g}s (HOROVOD_PRAGUE_TIMEOUT)"
-                ) from None
-            except OSError as e:
-                self._break(f"{op!r} failed: {e}")
-                raise ConnectionError(
-                    f"rank {self.rank}: lost the connection to the Prague Group Generator at "
-                    f"{self.where} during {op!r}: {e}"
-                ) from None
-            except ProtocolError as e:
-                self._break(f"{op!r} got a bad reply: {e}")
-                raise
-            if reply is None:
-                self._break(f"the server closed the connection during {op!r}")
-                raise ConnectionError(
-                    f"rank {self.rank}: the Prague Group Generator at {self.where} closed the "
-                    f"connection during {op!r} (wrong job token, or has rank 0 exited?)"
-                )
-            if reply.get("closing"):
-                self._break(f"the server refused {op!r}: {reply.get('error')}")
-            if not reply.get("ok"):
-                raise RuntimeError(
-                    f"rank {self.rank}: the Prague Group Generator refused {op!r}: "
-                    f"{reply.get('error')}"
-                )
-            if reply.get("id") != request_id:
-                self._break(f"reply id {reply.get('id')!r} to request {request_id}")
-                raise ProtocolError(
-                    f"reply id {reply.get('id')!r} does not match request id {request_id}"
-                )
-        return reply
-
-    def _reply_after_late_ones(self, op: str) -> dict[str, Any] | None:
-        """The next reply that is not the late reply of a request given up on.
-
-        Replies come in the order of the requests, so a late one is always the oldest
-        request given up on; one the server closed the connection after ends the connection.
-        """
-        while True:
-            reply = receive(self._sock, self._channel)
-            if reply is None or not self._abandoned or reply.get("id") != self._abandoned[0][0]:
-                return reply
-            _, late_op = self._abandoned.popleft()
-            if reply.get("closing"):
-                self._break(f"the server refused {late_op!r}: {reply.get('error')}")
-                raise ConnectionError(
-                    f"rank {self.rank}: the Prague Group Generator at {self.where} closed the "
-                    f"connection after refusing an earlier {late_op!r}, before {op!r}: "
-                    f"{reply.get('error')}"
-                )
-
-    def hello(self, fingerprint: str) -> int:
-        """Bind this connection to ``rank``; the job's size."""
-        return self.request("hello", rank=self.rank, fingerprint=fingerprint)["size"]
-
-    def next_group(self) -> Group:
-        """The next group; a ``WorldGroup`` where it is the periodic global average."""
-        reply = self.request("next")
-        return WorldGroup(reply["group"]) if reply.get("world") else tuple(reply["group"])
-
-    def sync(self, sync_id: int) -> Owed:
-        return _owed(self.request("sync", sync=sync_id))
-
-    def settle(self, members: Group) -> Owed:
-        return _owed(self.request("settle", members=list(members)))
-
-    def finish(self) -> Owed:
-        return _owed(self.request("finish"))
-
-    def rejoin(self) -> int:
-        """Become active again after finishing; the id of the last sync (see
-        ``GroupGenerator.rejoin``)."""
-        return int(self.request("rejoin")["syncs"])
-
-    def waiting(self, group: Group, collective: str | None = None) -> None:
-        """Tell the Group Generator this rank has waited long on ``group``'s average, or in
-        the script's ``collective`` over the ranks ``group``."""
-        if collective is None:
-            self.request("waiting", group=list(group))
-        else:
-            self.request("waiting", group=list(group), collective=collective)
-
-    def stats(self) -> dict[str, Any]:
-        return self.request("stats")
-
-    def close(self) -> None:
-        _quiet_close(self._sock)
-
-    def _break(self, reason: str) -> None:
-        self._broken = reason
-        self.close()
-
-    def __enter__(self) -> GroupGeneratorClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        close_quietly(conn.sock)
 
 
 def _tune(sock: socket.socket) -> None:
@@ -681,30 +503,3 @@ def _tune(sock: socket.socket) -> None:
     for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
         if hasattr(socket, name):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
-
-
-def _quiet_close(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
-        sock.close()
-    except OSError:
-        pass
-
-
-def _owed_reply(owed: Owed) -> dict[str, Any]:
-    """``world``: the positions of the periodic world groups among ``groups``, which their
-    members run as a consensus (``WorldGroup``), as ``next`` says for one."""
-    return {
-        "groups": [list(g) for g in owed.groups],
-        "world": [i for i, g in enumerate(owed.groups) if isinstance(g, WorldGroup)],
-        "syncs": owed.world_averages,
-    }
-
-
-def _owed(reply: dict[str, Any]) -> Owed:
-    world = set(reply.get("world", ()))
-    groups = [WorldGroup(g) if i in world else tuple(g) for i, g in enumerate(reply["groups"])]
-    return Owed(groups, reply["syncs"])

@@ -14,8 +14,11 @@ Both last as long as the process's binding, across elastic resets, as the optimi
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from .config import PragueConfig
 
 MoveFollower = Callable[[Any, Any, float], None]
 """Told ``(tensor, move, scale)`` when a group average added ``scale * move`` to ``tensor``."""
@@ -40,11 +43,58 @@ class TrackedModels:
         """The tensors of every tracked model, each once, in registration order."""
         return distinct(t for tensors in self._listers for t in tensors())
 
+    def step_tensors(self, own: list[Any]) -> list[Any]:
+        """What an optimizer's Prague step averages: every tracked model (``own`` if none).
+
+        The Group Generator's groups belong to ranks, not to optimizers: with two optimizers,
+        rank i's first may meet rank j's second in a group. Averaging every tracked model at
+        every step makes each group average the same tensors on every member.
+        """
+        return self.tensors() if self else own
+
+    def world_tensors(self, values: list[Any]) -> list[Any]:
+        """What a world average (a consensus, a sync, the final one) averages: every tracked
+        model in registration order, then those of ``values`` not among them, in their order.
+
+        Tracked models are included so that a consensus leaves every one of them equal on all
+        ranks, and come first so that the order does not depend on how the caller lists them:
+        ``finish([p1, p2])`` on one rank and a consensus over an optimizer's ``[p2, p1]`` on
+        another pair the same tensors.
+        """
+        return distinct([*self.step_tensors(values), *values])
+
     def follow(self, follower: MoveFollower, changes: object) -> None:
         """Call ``follower(tensor, move, scale)`` at every reported move. ``changes`` is what
         the follower changes (an optimizer's state): a later follower of the same replaces
         it, so that two wrappers of one optimizer correct its buffers once."""
         self._followers[id(changes)] = follower
+
+    def follow_momentum(
+        self,
+        config: PragueConfig,
+        follower: MoveFollower | None,
+        changes: object,
+        name: str,
+        corrected: str,
+        stacklevel: int = 1,
+    ) -> None:
+        """``follow`` with ``follower``, the momentum correction of an optimizer (its class
+        ``name``) that changes ``changes``, unless the job's share is 0
+        (``momentum_correction``). Group averages of any size report their moves; world
+        averages do not: they bring every rank to one model and leave the optimizers as they
+        are. None: the optimizer keeps no momentum the framework can correct, and an explicit
+        ``momentum_correction`` warns, saying which the framework corrects (``corrected``);
+        ``stacklevel`` as ``warnings.warn`` would count it in the caller."""
+        if config.momentum_share() == 0:
+            return
+        if follower is not None:
+            self.follow(follower, changes)
+        elif config.momentum_correction_set():
+            warnings.warn(
+                f"momentum_correction={config.momentum_correction}: {name} keeps no "
+                f"momentum for it to correct (it corrects {corrected} with momentum > 0)",
+                stacklevel=stacklevel + 1,
+            )
 
     @property
     def followed(self) -> bool:

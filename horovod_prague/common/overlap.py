@@ -58,7 +58,7 @@ class PendingAverage(abc.ABC):
 
     moved: Callable[[Any, Any, float], None] | None = None
     """Told ``(tensor, move, scale)`` for what ``apply`` adds to each floating-point tensor
-    (``Binding.moved``), where momentum follows the averages."""
+    (``TrackedModels.moved``), where momentum follows the averages."""
 
     @abc.abstractmethod
     def ready(self) -> bool:

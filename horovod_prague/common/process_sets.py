@@ -13,9 +13,11 @@ other still uses (``ProcessSetPool.add_for_script``, ``ProcessSetPool.remove_for
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -168,3 +170,52 @@ def collective_name(group: Group, size: int) -> str:
     """
     key = "world" if len(group) == size else "-".join(map(str, group))
     return f"{PRAGUE_PREFIX}{key}"
+
+
+NAME_CYCLE = 2
+"""Collective names a group's averages take in turn (``AverageNames``). A group has one
+average running at a time on a rank, and its members cannot drift apart by more than one
+(the k-th needs every member), so two tell neighbours apart; Horovod's response cache holds
+an entry per tensor and name (1024 per process set by default): two names leave room for
+models of up to 512 tensors."""
+
+
+class AverageNames:
+    """The collective names of one job's group averages on this rank.
+
+    Members run their shared groups in one order, so the k-th occurrence of a group is the
+    same collective on each. The name carries k modulo ``NAME_CYCLE``: a member an
+    occurrence ahead of its partner (a bug in the order) waits on another name and times out
+    naming the group, while Horovod's response cache, which serves only a name it has seen,
+    skips the full negotiation of the rest. The name ends with a digest of the tensors'
+    dtypes and shapes (``signature``): members that would average different tensors (a bug
+    in how a script steps) wait on different names and time out naming the group, instead of
+    averaging unrelated values.
+
+        >>> import numpy as np
+        >>> names = AverageNames()
+        >>> [names.next("prague.0-1", (0, 1), [np.zeros(3)]) for _ in range(3)]
+        ['prague.0-1.n1.a1028492', 'prague.0-1.n0.a1028492', 'prague.0-1.n1.a1028492']
+    """
+
+    def __init__(self) -> None:
+        self.occurrences: collections.Counter[Group] = collections.Counter()
+        """How many averages of each group this rank has started."""
+
+    def next(self, prefix: str, group: Group, values: Iterable[Any]) -> str:
+        """The name of ``group``'s next average of ``values``, under ``prefix`` (its
+        ``collective_name``)."""
+        self.occurrences[group] += 1
+        k = self.occurrences[group] % NAME_CYCLE
+        return f"{prefix}.n{k}.{signature(values)}"
+
+
+def signature(tensors: Iterable[Any]) -> str:
+    """A short digest of the tensors' dtypes and shapes, in order.
+
+    >>> import numpy as np
+    >>> signature([np.zeros(3)]) == signature([np.ones(3)]) != signature([np.zeros(4)])
+    True
+    """
+    described = ";".join(f"{t.dtype}{tuple(t.shape)}" for t in tensors)
+    return hashlib.sha1(described.encode()).hexdigest()[:8]

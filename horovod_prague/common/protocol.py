@@ -28,6 +28,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from .group_generator import Owed, WorldGroup
+
 VERSION = 4
 MAGIC = b"PRGG"
 NONCE_SIZE = 16
@@ -238,3 +240,34 @@ def receive(sock: socket.socket, channel: Channel) -> dict[str, Any] | None:
                 )
             return None
         channel.feed(data)
+
+
+def close_quietly(sock: socket.socket) -> None:
+    """Shut down and close ``sock``, ignoring that it is already closed or broken."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def owed_message(owed: Owed) -> dict[str, Any]:
+    """The reply that tells a rank what it owes (``sync``, ``settle``, ``finish``): its
+    ``groups``, in order; ``world``, the positions of the periodic world groups among them,
+    which their members run as a consensus (``WorldGroup``), as ``next`` says for one; and
+    ``syncs``, the world averages after them."""
+    return {
+        "groups": [list(g) for g in owed.groups],
+        "world": [i for i, g in enumerate(owed.groups) if isinstance(g, WorldGroup)],
+        "syncs": owed.world_averages,
+    }
+
+
+def owed_of(reply: dict[str, Any]) -> Owed:
+    """What ``owed_message`` encoded."""
+    world = set(reply.get("world", ()))
+    groups = [WorldGroup(g) if i in world else tuple(g) for i, g in enumerate(reply["groups"])]
+    return Owed(groups, reply["syncs"])

@@ -26,7 +26,8 @@ from typing import Any
 from .adapt import adapt_to_world, warn_adapted
 from .agreement import check_before_init
 from .config import PragueConfig
-from .generator_service import GroupGeneratorClient, GroupGeneratorServer
+from .generator_client import GroupGeneratorClient
+from .generator_service import GroupGeneratorServer
 from .group_generator import GroupGenerator, Owed
 from .process_sets import DYNAMIC_SETS_VAR, PRAGUE_PREFIX, ProcessSetPool, collective_name
 from .protocol import new_token

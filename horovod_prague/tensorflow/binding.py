@@ -1,7 +1,7 @@
 """How Prague averages TensorFlow variables, and the one binding every TF module of ours shares.
 
 Group averages run eagerly: the group is decided at run time by the Group Generator, so a
-Prague step inside a ``tf.function`` is staged as a ``tf.py_function`` (``run_eagerly``),
+Prague step inside a ``tf.function`` is staged as a ``tf.py_function`` (``staging``),
 ordered after the Prague calls and variable updates staged before it. Horovod's eager
 TensorFlow collectives block with no deadline, so each runs on a background thread: overlapped
 (``TensorflowPendingAverage``) or waited for with the job's timeout (``average``).
@@ -14,7 +14,7 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import horovod.tensorflow
@@ -23,7 +23,6 @@ import tensorflow as tf
 from ..common.binding import Binding
 from ..common.import_hook import originals
 from ..common.integer_sums import corrected, floor_mean, halves
-from ..common.models import distinct
 from ..common.overlap import (
     BackgroundCall,
     GroupWaitTimeout,
@@ -35,6 +34,15 @@ from ..common.overlap import (
 from ..common.script_collectives import Started
 from ..common.script_waits import ranks_of
 from ..common.staged_deadlines import StagedDeadlines
+from .staging import (
+    Site,
+    chain_after,
+    current_device,
+    horovod_op_name,
+    run_eagerly,
+    staged_after_inputs,
+    unfoldable_inputs,
+)
 
 _hvd = originals(horovod.tensorflow)
 
@@ -147,7 +155,7 @@ class TensorflowBinding(Binding):
         share_of: int | None = None,
     ) -> None:
         timeout = self.config().timeout
-        followed = share_of is not None and self.follows_moves()  # a group's, not a world's
+        followed = share_of is not None and self.models.followed  # a group's, not a world's
         moves: list[tuple[tf.Variable, tf.Tensor, float]] = []
         for part in _by_dtype(variables, name, self.average_weight(), overlap):
             # Horovod's eager TensorFlow collective blocks with no deadline: wait with one.
@@ -167,7 +175,7 @@ class TensorflowBinding(Binding):
                 if reported:
                     moves.append((v, move, scale))
         for v, move, scale in moves:  # once every variable is averaged
-            self.moved(v, move, scale)
+            self.models.moved(v, move, scale)
 
     def start(self, runtime: Any) -> None:
         with tf.init_scope():  # eagerly, also when first called while a function is traced
@@ -179,7 +187,7 @@ class TensorflowBinding(Binding):
         if not variables:
             return
         if not self.tape_sources:
-            self.track(lambda: list(self.tape_sources.values()))
+            self.models.track(lambda: list(self.tape_sources.values()))
         for v in variables:
             self.tape_sources.setdefault(v.ref(), v)
 
@@ -225,14 +233,14 @@ class TensorflowBinding(Binding):
             if tf.executing_eagerly():
                 self.flushed_before(process_set)
                 return self._with_deadline(collective, args, kwargs, bound, process_set)
-            site = _Site(str(bound.get("name") or collective.__name__), process_set)
+            site = Site(str(bound.get("name") or collective.__name__), process_set)
             before = run_eagerly(lambda: self.flushed_before(process_set), self.tracked)
-            _unfoldable_inputs(call, before)
-            begin = _staged_after_inputs(call, before, lambda: self._begin_watch(site))
+            unfoldable_inputs(call, before)
+            begin = staged_after_inputs(call, before, lambda: self._begin_watch(site))
             with tf.control_dependencies([begin]):
                 result = collective(*call.args, **call.kwargs)
-            site.name = _horovod_op_name(result) or site.name
-            site.watched = _chain_after(result, lambda: self._deadlines.end(site))
+            site.name = horovod_op_name(result) or site.name
+            site.watched = chain_after(result, lambda: self._deadlines.end(site))
             return result
 
         return guarded
@@ -247,7 +255,7 @@ class TensorflowBinding(Binding):
     ) -> Any:
         """A script's eager collective, run with the job's deadline
         (``ScriptWaits.run``), on the device the caller had chosen."""
-        device = _current_device()
+        device = current_device()
 
         def call() -> Any:
             with tf.device(device):
@@ -256,7 +264,7 @@ class TensorflowBinding(Binding):
         name = bound.get("name") or collective.__name__
         return self.script_waits.run(call, str(name), process_set)
 
-    def _begin_watch(self, site: _Site) -> None:
+    def _begin_watch(self, site: Site) -> None:
         """A staged collective's inputs are ready and its op is about to run: watch it with
         the job's timeout (``StagedDeadlines``)."""
         rt = self.job.runtime
@@ -409,180 +417,7 @@ class PragueSteps:
 
     def take(self, variables: list[tf.Variable]) -> None:
         self.count += 1
-        self.binding.exchange(self.binding.step_tensors(variables))
-
-
-class _Staged:
-    """The last Prague step staged in one traced graph, and the variable handles staged so far."""
-
-    def __init__(self, op: tf.Tensor, handles: list[Any]) -> None:
-        self.op = op
-        self.handles = handles
-
-
-STAGED = "_prague_staged"
-"""The attribute of a traced graph that holds its ``_Staged`` (on the graph, not in a map
-keyed by it: the ops it holds refer to the graph, which must stay collectable)."""
-
-
-def run_eagerly(fn: Callable[[], None], variables: Callable[[], Iterable[Any]]) -> tf.Tensor | None:
-    """Run ``fn`` now when executing eagerly; inside a traced function, stage it.
-
-    Staged, it runs at every call of the function, as a ``tf.py_function``. Ops a graph does
-    not order may run in any order, so each staged call is ordered in two ways. After the
-    Prague calls staged before it in the same graph, by a control dependency: a rank must run
-    its averages and consensus in program order, as the other ranks do. And around the
-    variables' updates, by taking as inputs the resource handles of ``variables()`` (listed at
-    trace time) and of every variable staged before in the graph: TensorFlow orders it after
-    the graph's earlier updates of those variables and before its later ones. Returns the
-    staged op's output.
-    """
-    if tf.executing_eagerly():
-        fn()
-        return None
-    graph = tf.compat.v1.get_default_graph()
-    earlier: _Staged | None = getattr(graph, STAGED, None)
-    handles = distinct(
-        [
-            *(earlier.handles if earlier else []),
-            *(v.handle for v in variables() if hasattr(v, "handle")),
-        ]
-    )
-    op = _staged(fn, after=[] if earlier is None else [earlier.op], inputs=handles)
-    setattr(graph, STAGED, _Staged(op, handles))
-    return op
-
-
-def _staged(fn: Callable[[], None], after: list[Any], inputs: list[Any] | None = None) -> tf.Tensor:
-    """A ``tf.py_function`` that runs ``fn()`` at every call of the traced function, once the
-    ops ``after`` have run and ``inputs`` are computed (taken as inputs only to order it)."""
-
-    def call(*_inputs: Any) -> tf.Tensor:
-        fn()
-        return tf.constant(0)
-
-    with tf.control_dependencies(after):
-        return tf.py_function(call, inp=inputs or [], Tout=tf.int32)
-
-
-COLLECTIVE_INPUTS = ("tensor", "tensors", "splits")
-"""The arguments of Horovod's TensorFlow collectives that hold the tensors they send."""
-
-
-def _unfoldable_inputs(call: inspect.BoundArguments, after: tf.Tensor | None) -> None:
-    """In a traced graph, pass each input of a collective that Grappler could fold through a
-    ``tf.py_function`` that runs after ``after`` (the staged consensus), in ``call``.
-
-    Horovod's ops are not stateful, so Grappler's constant folding runs one whose inputs are
-    all constants (``hvd.allgather(tf.fill([n, 2], 1.0))``) while it optimizes the function,
-    at its first call, before any op of the graph: outside the order of the rank's program
-    and before the staged consensus. A rank could then wait in a global collective while a
-    partner waits for it in a group average, until the timeout. A ``tf.py_function`` is
-    stateful: it is never folded, and the collective behind it runs where the script put it.
-    """
-    for key in COLLECTIVE_INPUTS:
-        if call.arguments.get(key) is not None:
-            call.arguments[key] = tf.nest.map_structure(
-                lambda t: _pass_through(t, after) if _foldable(t) else t, call.arguments[key]
-            )
-
-
-def _foldable(value: Any) -> bool:
-    """Whether ``value`` is a graph tensor computed from constants alone: no placeholder (a
-    function's argument), variable or stateful op among the ops it depends on."""
-    if not tf.is_symbolic_tensor(value):
-        return False
-    seen: set[str] = set()
-    todo = [value.op]
-    while todo:
-        op = todo.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        if op.type in ("Placeholder", "VarHandleOp") or op.op_def.is_stateful:
-            return False
-        todo.extend(t.op for t in op.inputs)
-        todo.extend(op.control_inputs)
-    return True
-
-
-def _pass_through(t: tf.Tensor, after: tf.Tensor | None) -> tf.Tensor:
-    with tf.control_dependencies([] if after is None else [after]):
-        out = tf.py_function(lambda x: x, inp=[t], Tout=t.dtype)
-    out.set_shape(t.shape)
-    return out
-
-
-def _staged_after_inputs(
-    call: inspect.BoundArguments, after: tf.Tensor, fn: Callable[[], None]
-) -> tf.Tensor:
-    """Stage ``fn()`` to run after ``after`` and after the tensors a collective sends (those
-    of ``call``) are computed: just before the collective's op can start."""
-    inputs = [
-        t
-        for key in COLLECTIVE_INPUTS
-        for t in tf.nest.flatten(call.arguments.get(key), expand_composites=True)
-        if isinstance(t, tf.Tensor)
-    ]
-    return _staged(fn, after=[after, *inputs])
-
-
-def _current_device() -> str:
-    """The device the calling thread's ops are placed on (``tf.device`` is per thread)."""
-    from tensorflow.python.eager import context
-
-    return context.context().device_name or ""
-
-
-def _chain_after(result: Any, done: Callable[[], None]) -> bool:
-    """In a traced graph, stage ``done()`` after ``result``'s ops, and order later staged
-    Prague calls after it; whether it was staged (``result`` has ops).
-
-    A guarded global collective must complete before the rank's next group average starts,
-    as it does eagerly: otherwise a blocking average could hold the rank while its peers wait
-    in the collective.
-    """
-    graph = tf.compat.v1.get_default_graph()
-    earlier: _Staged | None = getattr(graph, STAGED, None)
-    ops = [
-        x
-        for x in tf.nest.flatten(result, expand_composites=True)
-        if isinstance(x, tf.Tensor | tf.Operation)
-    ]
-    if earlier is None or not ops:
-        return False
-    link = _staged(done, after=[earlier.op, *ops])
-    setattr(graph, STAGED, _Staged(link, earlier.handles))
-    return True
-
-
-class _Site:
-    """A guarded collective's place in a traced graph: its name (the name Horovod gives its
-    op) and process set. It is watched once its completion is staged (``_chain_after``)."""
-
-    def __init__(self, name: str, process_set: Any) -> None:
-        self.name = name
-        self.process_set = process_set
-        self.watched = False
-
-
-def _horovod_op_name(result: Any) -> str | None:
-    """The name of the Horovod op that computes ``result`` (Horovod names an unnamed
-    collective in a graph after its input, the same on every rank), searched for among the
-    few ops its collective function adds after it."""
-    todo = [
-        x.op if isinstance(x, tf.Tensor) else x
-        for x in tf.nest.flatten(result, expand_composites=True)
-    ]
-    todo = [op for op in todo if isinstance(op, tf.Operation)]
-    for _ in range(16):
-        if not todo:
-            return None
-        op = todo.pop(0)
-        if op.type.startswith("Horovod"):
-            return op.name
-        todo.extend(t.op for t in op.inputs)
-    return None
+        self.binding.exchange(self.binding.models.step_tensors(variables))
 
 
 binding = TensorflowBinding(_hvd)

@@ -29,7 +29,7 @@ rate instead)."""
 
 class MomentumShare:
     """Makes one Keras SGD or RMSprop optimizer's momentum take ``momentum_correction``'s
-    share of each group average's move of its variables (``Binding.follow_moves``).
+    share of each group average's move of its variables (``TrackedModels.follow``).
 
     tf-keras's optimizers, current and legacy (wrapped in a ``LossScaleOptimizer`` or not);
     ``of`` gives None for any other optimizer or one without momentum, which is then left
@@ -87,7 +87,7 @@ class MomentumShare:
         buffer = self.buffer(variable)
         if buffer is None:
             return
-        share = share_at(binding.momentum_share(), self.coefficient)
+        share = share_at(binding.config().momentum_share(), self.coefficient)
         if share > 0:
             buffer.assign_add(tf.cast(move, buffer.dtype) * (self.kind.sign * share * scale))
 
@@ -121,7 +121,8 @@ def follow_momentum(optimizer: Any, stacklevel: int = 1) -> None:
     if optimizer in _followed:
         return
     _followed.add(optimizer)
-    binding.follow_momentum(
+    binding.models.follow_momentum(
+        binding.config(),
         MomentumShare.of(optimizer),
         getattr(optimizer, PRAGUE_WRAPPED, optimizer),
         type(optimizer).__name__,

@@ -23,10 +23,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from ..common.arguments import check_horovod_arguments, warn_ignored
+from ..common.arguments import check_horovod_arguments, check_sync_every, warn_ignored
 from ..common.models import distinct
-from .binding import PragueSteps, _hvd, binding, run_eagerly
+from .binding import PragueSteps, _hvd, binding
 from .momentum import PRAGUE_WRAPPED, follow_momentum
+from .staging import run_eagerly
 
 KERAS3 = (
     "optimizer: {cls} is a Keras 3 optimizer; Horovod's TensorFlow wrappers need tf-keras "
@@ -173,10 +174,8 @@ def wrap_optimizer(
             "process_set: Prague forms its groups over all ranks, so DistributedOptimizer "
             "needs the global process set"
         )
-    if sync_every is not None and sync_every < 0:
-        raise ValueError(f"sync_every: must be >= 0 (0 = never), got {sync_every}")
+    check_sync_every(sync_every, binding.config)
     binding.runtime()  # a clear error before Prague is initialized
-    binding.check_sync_every(sync_every)
     cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
@@ -187,7 +186,7 @@ def wrap_optimizer(
     )
     state = _PragueState(model, accumulation)
     object.__setattr__(wrapped, "_prague", state)
-    binding.track(state.variables)
+    binding.models.track(state.variables)
     object.__setattr__(wrapped, PRAGUE_WRAPPED, getattr(optimizer, PRAGUE_WRAPPED, optimizer))
     follow_momentum(wrapped, stacklevel=3)
     return wrapped

@@ -125,7 +125,7 @@ class TorchBinding(Binding):
             by_dtype.setdefault(t.dtype, []).append(t)
         weight = self.average_weight()
         timeout = self.config().timeout
-        followed = share_of is not None and self.follows_moves()  # a group's, not a world's
+        followed = share_of is not None and self.models.followed  # a group's, not a world's
         moves: list[tuple[torch.Tensor, torch.Tensor, float]] = []
         for dtype, same in by_dtype.items():
             tag = f"{name}.{str(dtype).removeprefix('torch.')}"
@@ -168,7 +168,7 @@ class TorchBinding(Binding):
                         if followed:
                             moves.append((original, move, scale))
         for t, move, scale in moves:  # once every tensor is averaged
-            self.moved(t, move, scale)
+            self.models.moved(t, move, scale)
 
 
 def _weighted(data: Sequence[torch.Tensor], weight: float) -> list[torch.Tensor]:

@@ -77,7 +77,7 @@ def _ends_a_training_epoch(loader_iter: _BaseDataLoaderIter, binding: Binding) -
     steps, was over a sampler of every rank, batched by PyTorch's own ``BatchSampler`` (a
     custom batch sampler may give ranks different numbers of batches), with optimizer steps
     taken during it."""
-    if binding.job.stepping_thread != threading.get_ident():
+    if binding.job.stats.stepping_thread != threading.get_ident():
         return False  # a loader read by another thread: a prefetcher, an evaluation
     if getattr(loader_iter, STEPS_AT_START, None) == binding.steps_taken:
         return False  # no step during the pass: an evaluation, or before training

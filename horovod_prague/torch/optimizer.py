@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..common.arguments import check_horovod_arguments, warn_ignored
+from ..common.arguments import check_horovod_arguments, check_sync_every, warn_ignored
 from ..common.config import share_at
 from ..common.models import distinct
 from . import adam
@@ -74,13 +74,14 @@ class _PragueOptimizer(torch.optim.Optimizer):
         for p in self._params():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._count_pass)
-        binding.track(self.prague_tensors)
+        binding.models.track(self.prague_tensors)
         self._param_groups_seen: tuple[int, ...] = ()
         self._param_groups_by_id: dict[int, dict[str, Any]] = {}
         with_momentum = isinstance(self, MOMENTUM_BUFFER_OPTIMIZERS) and any(
             group.get("momentum", 0) for group in [self.defaults, *self.param_groups]
         )
-        binding.follow_momentum(
+        binding.models.follow_momentum(
+            binding.config(),
             self._take_momentum_share if with_momentum else None,
             self.state,
             type(self).__name__,
@@ -101,7 +102,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
         if buffer is None:
             return
         lr = float(group["lr"])
-        share = share_at(binding.momentum_share(), float(group.get("momentum", 0)))
+        share = share_at(binding.config().momentum_share(), float(group.get("momentum", 0)))
         if share > 0 and lr > 0:
             buffer.sub_(move.to(buffer), alpha=share * scale / lr)
 
@@ -172,7 +173,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
         self._prague_steps += 1
         if self._prague_scheduled_from is not None:
             self._prague_scheduled_from._opt_called = True  # for its LR scheduler's order check
-        binding.exchange(binding.step_tensors(self.prague_tensors()))
+        binding.exchange(binding.models.step_tensors(self.prague_tensors()))
         return loss
 
     def _adam_step_scales(self) -> list[float]:
@@ -255,11 +256,9 @@ def DistributedOptimizer(  # noqa: N802  (Horovod's name)
             "process_set: Prague forms its groups over all ranks, so DistributedOptimizer "
             "needs the global process set"
         )
-    if sync_every is not None and sync_every < 0:
-        raise ValueError(f"sync_every: must be >= 0 (0 = never), got {sync_every}")
     _warn_ignored(compression, op)
+    check_sync_every(sync_every, binding.config)
     binding.runtime()  # a clear error before Prague is initialized
-    binding.check_sync_every(sync_every)
     cls = type(optimizer.__class__.__name__, (_PragueOptimizer, optimizer.__class__), {})
     wrapped = cls.__new__(cls)
     state = dict(optimizer.__dict__)

@@ -168,7 +168,7 @@ def test_a_script_may_call_init_again_as_with_stock_horovod(tmp_path, script):
     ],
 )
 def test_join_with_uneven_shards_ends_each_epoch_with_one_model(tmp_path, script, flags):
-    """Issue 24, item 4: ``hvd.join()`` with uneven shards (12 to 36 steps over two epochs on
+    """``hvd.join()`` with uneven shards (12 to 36 steps over two epochs on
     4 ranks), as stock Horovod runs it and under the flag. Under the flag a rank that joins
     leaves the groups, the others average among themselves until they join too, and every
     ``join`` returns the same rank on every rank and leaves every rank with the same model

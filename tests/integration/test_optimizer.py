@@ -24,8 +24,9 @@ def test_reliability_defects_on_four_ranks(tmp_path):
 
 @pytest.mark.parametrize("scenario", ["uneven", "skipped", "ordering"])
 def test_sync_every_with_uneven_or_skipped_steps_ends_with_one_model(tmp_path, scenario):
-    """Issue 24: 1 step against 3 then ``hvd.allreduce`` and ``finish``; a rank skipping
-    steps (as AMP does); ``finish([p1, p2])`` against an optimizer over ``[p2, p1]``."""
+    """Uneven step counts under ``sync_every``: 1 step against 3 then ``hvd.allreduce`` and
+    ``finish``; a rank skipping steps (as AMP does); ``finish([p1, p2])`` against an optimizer
+    over ``[p2, p1]``."""
     job = run_ranks("sync_every_uneven.py", tmp_path, np=2, args=(scenario,), timeout=180)
     assert job.returncode == 0, job.output[-6000:]
     assert job.output.count(f"{scenario} ok") == 2

@@ -120,8 +120,9 @@ def test_tensorflow_settings_after_init_take_effect(tmp_path, api, flags, contro
 @pytest.mark.parametrize("scenario", ["uneven", "skipped"])
 @pytest.mark.parametrize("api", ["tape", "optimizer"])
 def test_sync_every_with_uneven_or_skipped_steps_ends_with_one_model(tmp_path, api, scenario):
-    """Issue 24, item 1, as ``test_optimizer.py``'s PyTorch test: 1 step against 3, or a rank
-    skipping steps, with ``sync_every=2``, then ``hvd.allreduce`` and ``finish``."""
+    """Uneven step counts under ``sync_every``, as ``test_optimizer.py``'s PyTorch test: 1 step
+    against 3, or a rank skipping steps, with ``sync_every=2``, then ``hvd.allreduce`` and
+    ``finish``."""
     job = run_ranks("tf_sync_every_uneven.py", tmp_path, np=2, args=(api, scenario), timeout=180)
     assert job.returncode == 0, job.output[-6000:]
     assert job.output.count(f"{api} {scenario} ok") == 2

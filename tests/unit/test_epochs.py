@@ -28,7 +28,7 @@ class FakeBinding:
 
     def __init__(self, size: int = 4, option: str = "on") -> None:
         self.steps = 0
-        self.job = types.SimpleNamespace(stepping_thread=None)
+        self.job = types.SimpleNamespace(stats=types.SimpleNamespace(stepping_thread=None))
         self.consensus_calls = 0
         self.hvd = types.SimpleNamespace(size=lambda: size)
         self._config = types.SimpleNamespace(epoch_consensus=option)
@@ -68,7 +68,7 @@ def _train(loader, binding, stop_after: int | None = None) -> int:
     batches = 0
     for _ in loader:
         binding.steps += 1
-        binding.job.stepping_thread = threading.get_ident()
+        binding.job.stats.stepping_thread = threading.get_ident()
         batches += 1
         if stop_after is not None and batches == stop_after:
             break
@@ -124,7 +124,7 @@ def test_a_pass_read_by_another_thread_runs_none(fake):
     """A prefetching thread (or an evaluation in the background) reads the loader while the
     main thread takes the steps: its pass's end is no epoch's end of the training loop."""
     loader = DataLoader(DATA, batch_size=2, sampler=DistributedSampler(DATA, 4, 0))
-    fake.job.stepping_thread = threading.get_ident()
+    fake.job.stats.stepping_thread = threading.get_ident()
 
     def read() -> None:
         for _ in loader:

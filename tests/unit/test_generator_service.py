@@ -11,7 +11,8 @@ import pytest
 
 from horovod_prague.common import generator_service, protocol
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.generator_service import GroupGeneratorClient, GroupGeneratorServer
+from horovod_prague.common.generator_client import GroupGeneratorClient
+from horovod_prague.common.generator_service import GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.runtime import _addresses
 from horovod_prague.common.strategies import AllreduceStrategy, make_strategy

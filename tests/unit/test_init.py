@@ -178,13 +178,13 @@ def test_an_elastic_reset_initializes_again_as_init_was_called(calls):
     b.init(strategy="static", group_size=2)
     first = b.job.runtime
     b.job.averager.start(PendingNeverApplied(), (0, 1))
-    b.job.occurrences[(0, 1)] += 3
-    b.job.exchange_counts["steps"] += 7
+    b.job.names.occurrences[(0, 1)] += 3
+    b.job.stats.counts["steps"] += 7
     b.reset()
     assert first.closed and hvd.shutdowns == 1
     assert calls["runtimes"] == [first, b.job.runtime] and b.job.runtime.started
     assert b.config().strategy == "static" and b.config().group_size == 2
-    assert b.job.averager.in_flight() == 0 and not b.job.occurrences
+    assert b.job.averager.in_flight() == 0 and not b.job.names.occurrences
     assert b.exchange_stats()["steps"] == 0 and b.average_weight() == 1.0
     assert calls["atexit"][-1] == b._at_exit  # after Horovod's init of the new world
 

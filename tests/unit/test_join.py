@@ -137,7 +137,7 @@ def test_syncs_after_a_rank_has_joined_never_deadlock(strategy, steps, every, rn
 def _train(b: InProcessBinding, w: np.ndarray, steps: int, metric_every: int = 0) -> None:
     for step in range(steps):
         w += 1.0
-        b.exchange(b.step_tensors([w]))
+        b.exchange(b.models.step_tensors([w]))
         if metric_every and step % metric_every == 0:
             b.consensus()  # what the guard runs before the script's hvd.allreduce(metric)
 
@@ -153,7 +153,7 @@ def test_uneven_steps_then_join_end_with_one_model_and_horovods_result(steps, me
 
     def script(rank: int, b: InProcessBinding) -> None:
         w = np.array([float(rank)])
-        b.track(lambda: [w])
+        b.models.track(lambda: [w])
         _train(b, w, steps[rank], metric_every)
         returned[rank] = b.join(lambda: horovod_join(rank))
         models[rank] = w.copy()
@@ -174,7 +174,7 @@ def test_join_once_per_epoch_then_finish():
 
     def script(rank: int, b: InProcessBinding) -> None:
         w = np.array([10.0 * rank])
-        b.track(lambda: [w])
+        b.models.track(lambda: [w])
         for epoch, steps in enumerate(epochs):
             _train(b, w, steps[rank], metric_every=2)
             b.join(lambda j=joins[epoch]: j(rank))

@@ -103,7 +103,7 @@ def test_auto_corrects_by_the_default_share(job):
     job()
     param = torch.zeros(2)
     opt = _optimizer(param, lr=0.5, momentum=0.9)
-    optimizer_module.binding.moved(param, torch.ones(2), 1.0)
+    optimizer_module.binding.models.moved(param, torch.ones(2), 1.0)
     torch.testing.assert_close(_buffer(opt, param), torch.ones(2) - MOMENTUM_CORRECTION / 0.5)
 
 
@@ -113,7 +113,7 @@ def test_above_the_measured_momentum_the_share_is_scaled_down(job):
     job(momentum_correction="0.2")
     param = torch.zeros(2)
     opt = _optimizer(param, lr=0.5, momentum=0.99)
-    optimizer_module.binding.moved(param, torch.ones(2), 1.0)
+    optimizer_module.binding.models.moved(param, torch.ones(2), 1.0)
     torch.testing.assert_close(_buffer(opt, param), torch.full((2,), 1.0 - 0.02 / 0.5))
 
 
@@ -121,7 +121,7 @@ def test_a_share_of_0_corrects_nothing(job):
     job(momentum_correction="0")
     param = torch.zeros(2)
     opt = _optimizer(param, lr=0.5, momentum=0.9)
-    optimizer_module.binding.moved(param, torch.ones(2), 1.0)
+    optimizer_module.binding.models.moved(param, torch.ones(2), 1.0)
     torch.testing.assert_close(_buffer(opt, param), torch.ones(2))
 
 
@@ -137,11 +137,11 @@ def test_an_optimizer_without_a_momentum_buffer_does_not_follow_and_says_so_if_a
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _optimizer(torch.zeros(2), cls, **options)
-    assert not optimizer_module.binding.follows_moves()
+    assert not optimizer_module.binding.models.followed
     job(momentum_correction="0.3")
     with pytest.warns(UserWarning, match="keeps no momentum for it to correct"):
         _optimizer(torch.zeros(2), cls, **options)
-    assert not optimizer_module.binding.follows_moves()
+    assert not optimizer_module.binding.models.followed
 
 
 def test_a_tensor_that_is_not_the_optimizers_parameter_is_left_alone(job):
@@ -149,7 +149,7 @@ def test_a_tensor_that_is_not_the_optimizers_parameter_is_left_alone(job):
     job(momentum_correction="0.3")
     param, other = torch.zeros(2), torch.zeros(2)
     opt = _optimizer(param, lr=0.5, momentum=0.9)
-    optimizer_module.binding.moved(other, torch.ones(2), 1.0)
+    optimizer_module.binding.models.moved(other, torch.ones(2), 1.0)
     assert other not in opt.state
     torch.testing.assert_close(_buffer(opt, param), torch.ones(2))
 
@@ -163,12 +163,12 @@ def test_groups_added_or_loaded_later_are_corrected_with_their_own_learning_rate
     opt.add_param_group({"params": [later], "lr": 0.25})
     later.grad = torch.ones(2)
     torch.optim.SGD.step(opt)
-    optimizer_module.binding.moved(later, torch.ones(2), 1.0)
+    optimizer_module.binding.models.moved(later, torch.ones(2), 1.0)
     torch.testing.assert_close(_buffer(opt, later), torch.ones(2) - 0.5 / 0.25)
     opt.load_state_dict(opt.state_dict())
     opt.param_groups[0]["lr"] = 0.1
     before = _buffer(opt, first).clone()
-    optimizer_module.binding.moved(first, torch.ones(2), 1.0)
+    optimizer_module.binding.models.moved(first, torch.ones(2), 1.0)
     torch.testing.assert_close(_buffer(opt, first), before - 0.5 / 0.1)
 
 
@@ -179,7 +179,7 @@ def test_two_wrappers_of_one_optimizer_correct_its_buffers_once(job):
     again = type(opt).__new__(type(opt))
     again.__dict__.update(opt.__dict__)  # as DistributedOptimizer copies the optimizer's state
     again._prague_setup(1, None, None)
-    optimizer_module.binding.moved(param, torch.ones(2), 1.0)
+    optimizer_module.binding.models.moved(param, torch.ones(2), 1.0)
     torch.testing.assert_close(_buffer(opt, param), torch.ones(2) - 0.5 / 0.5)
 
 
@@ -198,7 +198,7 @@ def blocking_averages(
     def member(position: int) -> None:
         b = job(hvd)
         prepare(b)
-        b.follow_moves(heard[position], heard[position])
+        b.models.follow(heard[position], heard[position])
         share = None if share_of is None else position
         b.average(tensors[position], "g", _member(position), len(tensors), None, share)
 

@@ -44,16 +44,16 @@ def test_average_model_of_one_tracked_model_runs_owed_groups_with_every_tracked_
     owed: list[int] = []
 
     def rank_0(binding: InProcessBinding) -> None:
-        binding.track(lambda: [a[0]])
-        binding.track(lambda: [b[0]])
+        binding.models.track(lambda: [a[0]])
+        binding.models.track(lambda: [b[0]])
         assert binding.average_model([a[0]])
         owed.append(binding.exchange_stats()["owed"])
 
     def rank_1(binding: InProcessBinding) -> None:
-        binding.track(lambda: [a[1]])
-        binding.track(lambda: [b[1]])
+        binding.models.track(lambda: [a[1]])
+        binding.models.track(lambda: [b[1]])
         b[1] += 2.0
-        binding.exchange(binding.step_tensors([b[1]]))
+        binding.exchange(binding.models.step_tensors([b[1]]))
         assert binding.average_model([a[1]])
 
     _partner_steps_first(rank_0, rank_1)
@@ -68,13 +68,13 @@ def test_average_model_of_untracked_values_runs_owed_groups_with_the_tracked_mod
     owed: list[int] = []
 
     def rank_0(binding: InProcessBinding) -> None:
-        binding.track(lambda: [model[0]])
+        binding.models.track(lambda: [model[0]])
         assert binding.average_model([model[0], extra[0]])
         owed.append(binding.exchange_stats()["owed"])
 
     def rank_1(binding: InProcessBinding) -> None:
-        binding.track(lambda: [model[1]])
-        binding.exchange(binding.step_tensors([model[1]]))
+        binding.models.track(lambda: [model[1]])
+        binding.exchange(binding.models.step_tensors([model[1]]))
         assert binding.average_model([model[1], extra[1]])
 
     _partner_steps_first(rank_0, rank_1)

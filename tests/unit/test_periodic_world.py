@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from in_process import Collectives, InProcessBinding, InProcessRuntime, run_ranks
 from simulate import assert_shared_groups_in_one_order, simulate
 
+from horovod_prague.common.arguments import check_sync_every
 from horovod_prague.common.config import PragueConfig
 from horovod_prague.common.group_generator import GroupGenerator, Owed, WorldGroup
 from horovod_prague.common.strategies import make_strategy
@@ -115,16 +116,16 @@ def test_the_world_group_with_syncs_never_deadlocks(strategy, size, every, steps
 
 @pytest.mark.parametrize(("steps", "sync_every"), [((1, 3), 2), ((0, 5), 2), ((2, 7, 4), 3)])
 def test_uneven_steps_then_a_global_collective_and_finish_end_with_one_model(steps, sync_every):
-    """Issue 24, item 1: a step per ``exchange``, then the guard's consensus (as in front of
+    """Uneven step counts: a step per ``exchange``, then the guard's consensus (as in front of
     ``hvd.allreduce(loss)``) and ``finish``."""
     models: dict[int, np.ndarray] = {}
 
     def script(rank: int, b: InProcessBinding) -> None:
         w = np.array([float(rank)])
-        b.track(lambda: [w])
+        b.models.track(lambda: [w])
         for _ in range(steps[rank]):
             w += 1.0
-            b.exchange(b.step_tensors([w]))
+            b.exchange(b.models.step_tensors([w]))
         b.consensus() if b.job.exchanges_since_consensus else b.average_model([w])
         b.finish([w])
         models[rank] = w
@@ -134,13 +135,13 @@ def test_uneven_steps_then_a_global_collective_and_finish_end_with_one_model(ste
 
 
 def test_a_missed_sync_in_finish_pairs_the_same_tensors_as_the_partners_consensus():
-    """Issue 24, item 2: rank 1 finishes with ``finish([p1, p2])`` while rank 0 ran a
+    """Reordered models: rank 1 finishes with ``finish([p1, p2])`` while rank 0 ran a
     consensus over its optimizer's ``[p2, p1]``: the world average pairs p1 with p1."""
     models: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def script(rank: int, b: InProcessBinding) -> None:
         p1, p2 = np.array([0.0]), np.array([100.0])
-        b.track(lambda: [p2, p1])
+        b.models.track(lambda: [p2, p1])
         if rank == 0:
             b.average_model(b.tracked())
         b.finish([p1, p2])
@@ -153,23 +154,25 @@ def test_a_missed_sync_in_finish_pairs_the_same_tensors_as_the_partners_consensu
 def test_the_world_tensors_put_tracked_models_first_in_registration_order():
     b = InProcessBinding(InProcessRuntime(generator(2, 0), 0, 0), Collectives())
     a, c, x = np.zeros(1), np.zeros(1), np.zeros(1)
-    b.track(lambda: [c, a])
-    assert [id(t) for t in b._world_tensors([x, a, c])] == [id(c), id(a), id(x)]
+    b.models.track(lambda: [c, a])
+    assert [id(t) for t in b.models.world_tensors([x, a, c])] == [id(c), id(a), id(x)]
 
 
 def test_an_optimizer_sync_every_other_than_the_jobs_is_refused():
     b = InProcessBinding(InProcessRuntime(generator(2, 4), 0, 4), Collectives())
-    b.check_sync_every(None)
-    b.check_sync_every(4)
+    check_sync_every(None, b.config)
+    check_sync_every(4, b.config)
     with pytest.raises(ValueError, match=r"sync_every=2 differs from the job's sync_every=4"):
-        b.check_sync_every(2)
+        check_sync_every(2, b.config)
+    with pytest.raises(ValueError, match=r"sync_every: must be >= 0 \(0 = never\), got -1"):
+        check_sync_every(-1, b.config)
 
 
 def test_a_groups_averages_take_the_cycle_of_names_and_each_meets_its_own_partner():
-    """Issue 24, item 7: a name comes back every ``NAME_CYCLE`` averages, so Horovod's
+    """A name comes back every ``NAME_CYCLE`` averages, so Horovod's
     response cache can serve it; neighbouring averages still differ in name, and each
     average of a reused name pairs the members' values of that average, not an earlier."""
-    from horovod_prague.common.binding import NAME_CYCLE
+    from horovod_prague.common.process_sets import NAME_CYCLE
 
     models: dict[int, np.ndarray] = {}
 

@@ -9,11 +9,8 @@ import threading
 import pytest
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.generator_service import (
-    MAX_COLLECTIVE_NAME,
-    GroupGeneratorClient,
-    GroupGeneratorServer,
-)
+from horovod_prague.common.generator_client import GroupGeneratorClient
+from horovod_prague.common.generator_service import MAX_COLLECTIVE_NAME, GroupGeneratorServer
 from horovod_prague.common.group_generator import GroupGenerator
 from horovod_prague.common.import_hook import TORCH_NAMED_FUNCTIONS
 from horovod_prague.common.script_collectives import ScriptCollectives, Started, not_reached

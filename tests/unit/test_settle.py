@@ -13,8 +13,8 @@ from simulate import Deadlock, simulate
 from test_strategies import FAST, jobs
 
 from horovod_prague.common.config import PragueConfig
-from horovod_prague.common.generator_service import _owed, _owed_reply
 from horovod_prague.common.group_generator import GroupGenerator, WorldGroup
+from horovod_prague.common.protocol import owed_message, owed_of
 from horovod_prague.common.strategies import StaticStrategy, make_strategy
 from horovod_prague.common.topology import Topology
 
@@ -89,8 +89,8 @@ def test_a_world_group_owed_at_a_settle_stays_a_world_group():
     gg.next_group(0)  # appends the world group to every buffer
     owed = gg.settle(1, (1, 2))
     assert any(isinstance(g, WorldGroup) for g in owed.groups)
-    assert _owed(_owed_reply(owed)) == owed
-    assert [type(g) for g in _owed(_owed_reply(owed)).groups] == [type(g) for g in owed.groups]
+    assert owed_of(owed_message(owed)) == owed
+    assert [type(g) for g in owed_of(owed_message(owed)).groups] == [type(g) for g in owed.groups]
 
 
 def test_settles_are_counted_afresh_after_a_join():
@@ -146,7 +146,7 @@ def test_ranks_settle_before_their_sets_collectives_and_a_set_of_one_rank_needs_
 
     def script(rank: int, b: InProcessBinding) -> None:
         w = np.array([float(rank)])
-        b.track(lambda: [w])
+        b.models.track(lambda: [w])
         for _ in range(3):
             b.exchange([w])
             b.before_collective(_Set(7 + rank // 2, pairs[rank]))

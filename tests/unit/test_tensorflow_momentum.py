@@ -80,7 +80,7 @@ def test_each_keras_kind_takes_its_share_of_a_move_in_its_own_sign(job, kind):
     variable = tf.Variable([0.0, 0.0])
     opt, sign = _stepped(variable, kind)
     before = _buffer(opt, variable)
-    shared.moved(variable, tf.constant([1.0, -2.0]), 1.0)
+    shared.models.moved(variable, tf.constant([1.0, -2.0]), 1.0)
     assert _buffer(opt, variable) == pytest.approx([before[0] + sign * 0.3, before[1] - sign * 0.6])
 
 
@@ -111,11 +111,11 @@ def test_auto_corrects_by_the_default_share_and_0_by_none(job):
     variable = tf.Variable([0.0])
     shared = job()
     opt, _ = _stepped(variable)
-    shared.moved(variable, tf.constant([1.0]), 1.0)
+    shared.models.moved(variable, tf.constant([1.0]), 1.0)
     assert _buffer(opt, variable) == pytest.approx([-0.5 + MOMENTUM_CORRECTION])
     off = job(momentum_correction="0")
-    off.follow_moves(momentum.MomentumShare.of(opt), opt)
-    off.moved(variable, tf.constant([1.0]), 1.0)
+    off.models.follow(momentum.MomentumShare.of(opt), opt)
+    off.models.moved(variable, tf.constant([1.0]), 1.0)
     assert _buffer(opt, variable) == pytest.approx([-0.5 + MOMENTUM_CORRECTION])
 
 
@@ -123,7 +123,7 @@ def test_above_the_measured_momentum_the_share_is_scaled_down(job):
     shared = job(momentum_correction="0.2")
     variable = tf.Variable([0.0])
     opt, _ = _stepped(variable, momentum=0.99)
-    shared.moved(variable, tf.constant([1.0]), 1.0)
+    shared.models.moved(variable, tf.constant([1.0]), 1.0)
     assert _buffer(opt, variable) == pytest.approx([-0.5 + 0.02])
 
 
@@ -142,18 +142,18 @@ def test_an_optimizer_without_keras_momentum_is_not_followed_and_says_so_if_aske
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         momentum.follow_momentum(make())
-    assert not momentum.binding.follows_moves()
+    assert not momentum.binding.models.followed
     job(momentum_correction="0.3")
     with pytest.warns(UserWarning, match="keeps no momentum for it to correct"):
         momentum.follow_momentum(make())
-    assert not momentum.binding.follows_moves()
+    assert not momentum.binding.models.followed
 
 
 def test_a_variable_the_optimizer_does_not_update_is_left_alone(job):
     shared = job(momentum_correction="0.3")
     variable, other = tf.Variable([0.0]), tf.Variable([0.0])
     opt, _ = _stepped(variable)
-    shared.moved(other, tf.constant([1.0]), 1.0)
+    shared.models.moved(other, tf.constant([1.0]), 1.0)
     assert _buffer(opt, variable) == pytest.approx([-0.5])
     assert momentum.MomentumShare.of(opt).buffer(other) is None
 
@@ -171,7 +171,7 @@ def test_an_optimizer_seen_at_every_step_warns_once(job):
 def test_an_explicit_share_of_0_follows_nothing(job):
     job(momentum_correction="0")
     _stepped(tf.Variable([0.0]))
-    assert not momentum.binding.follows_moves()
+    assert not momentum.binding.models.followed
 
 
 @pytest.fixture
@@ -183,7 +183,6 @@ def wrapping(job, monkeypatch):
     def make(**options: str):
         made = job(**options)
         monkeypatch.setattr(made, "runtime", lambda: None)
-        monkeypatch.setattr(made, "check_sync_every", lambda sync_every: None)
         monkeypatch.setattr(tf_optimizer, "binding", made)
         return made
 
@@ -202,9 +201,9 @@ def test_distributed_optimizer_follows_the_optimizer_it_wraps_once_however_often
     process_set = tf_optimizer._hvd.global_process_set
     tf_optimizer.wrap_optimizer(original, process_set)
     wrapped = tf_optimizer.wrap_optimizer(original, process_set)
-    assert shared.follows_moves()
+    assert shared.models.followed
     before = _buffer(wrapped, variable)
-    shared.moved(variable, tf.constant([1.0]), 1.0)
+    shared.models.moved(variable, tf.constant([1.0]), 1.0)
     assert _buffer(wrapped, variable) == pytest.approx([before[0] + 0.3])
 
 
@@ -215,11 +214,11 @@ def test_the_tape_hook_follows_the_optimizer_that_updates_the_tapes_variables(wr
     apply = tf_optimizer._taking_the_tape_step(tf_keras.optimizers.SGD.apply_gradients)
     untaped = tf_keras.optimizers.SGD(0.5, momentum=0.9)
     apply(untaped, [(tf.ones_like(other), other)])
-    assert not shared.follows_moves()  # no tape's variable: not Prague's to correct
+    assert not shared.models.followed  # no tape's variable: not Prague's to correct
     shared.tape_sources[variable.ref()] = variable
     opt = tf_keras.optimizers.SGD(0.5, momentum=0.9)
     apply(opt, [(tf.ones_like(variable), variable)])
-    shared.moved(variable, tf.constant([1.0]), 1.0)
+    shared.models.moved(variable, tf.constant([1.0]), 1.0)
     assert _buffer(opt, variable) == pytest.approx([-0.5 + 0.3])
 
 
@@ -237,7 +236,7 @@ def test_an_optimizer_first_seen_while_a_function_is_traced_is_followed(job, kin
         momentum.follow_momentum(opt)
 
     step()
-    shared.moved(variable, tf.constant([1.0]), 1.0)
+    shared.models.moved(variable, tf.constant([1.0]), 1.0)
     assert _buffer(opt, variable) == pytest.approx([-0.5 + 0.3])
 
 

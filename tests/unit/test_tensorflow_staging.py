@@ -12,7 +12,7 @@ import pytest
 # doctests are collected in this same process) requires.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 tf = pytest.importorskip("tensorflow")
-binding = pytest.importorskip("horovod_prague.tensorflow.binding")
+staging = pytest.importorskip("horovod_prague.tensorflow.staging")
 
 
 def test_staged_calls_run_in_program_order_after_the_updates_before_them():
@@ -27,9 +27,9 @@ def test_staged_calls_run_in_program_order_after_the_updates_before_them():
     @tf.function
     def step() -> None:
         v.assign_add(1.0)
-        binding.run_eagerly(slow_average, lambda: [v])
+        staging.run_eagerly(slow_average, lambda: [v])
         w.assign_add(1.0)  # the next call names no variable: it must still follow both
-        binding.run_eagerly(lambda: ran.append(("consensus", float(v.numpy()))), lambda: [])
+        staging.run_eagerly(lambda: ran.append(("consensus", float(v.numpy()))), lambda: [])
 
     for _ in range(20):
         step()
@@ -56,7 +56,7 @@ def test_a_collectives_constant_inputs_are_passed_through_the_staged_consensus()
 
     @tf.function
     def f(x):
-        after = binding.run_eagerly(lambda: None, lambda: [])
+        after = staging.run_eagerly(lambda: None, lambda: [])
         inputs = {
             "constant": tf.fill([2, 2], 3.0),
             "argument": tf.reshape(x, [1]),
@@ -65,7 +65,7 @@ def test_a_collectives_constant_inputs_are_passed_through_the_staged_consensus()
         results = {}
         for key, t in inputs.items():
             call = inspect.signature(collective).bind(t)
-            binding._unfoldable_inputs(call, after)
+            staging.unfoldable_inputs(call, after)
             seen[key] = (t, call.arguments["tensor"], after)
             results[key] = collective(*call.args, **call.kwargs)
         return results
@@ -75,14 +75,14 @@ def test_a_collectives_constant_inputs_are_passed_through_the_staged_consensus()
     assert out["argument"].numpy().tolist() == [5.0]
     assert out["variable"].numpy().tolist() == [1.0, 2.0]
     original, passed, after = seen["constant"]
-    assert binding._foldable(original)
+    assert staging._foldable(original)
     assert passed is not original and passed.op.type == "EagerPyFunc"
     assert after.op in passed.op.control_inputs
     assert passed.shape == original.shape
-    assert not binding._foldable(passed)
+    assert not staging._foldable(passed)
     for key in ("argument", "variable"):
         original, passed, _ = seen[key]
-        assert not binding._foldable(original)
+        assert not staging._foldable(original)
         assert passed is original
 
 
@@ -111,7 +111,7 @@ def test_a_staged_collectives_watch_begins_once_its_inputs_are_ready(fail):
     def step() -> tf.Tensor:
         x = _input(ran, fail)
         call = signature.bind(x)
-        begin = binding._staged_after_inputs(call, tf.constant(0), lambda: ran.append("begin"))
+        begin = staging.staged_after_inputs(call, tf.constant(0), lambda: ran.append("begin"))
         with tf.control_dependencies([begin]):
             return tf.identity(x)
 

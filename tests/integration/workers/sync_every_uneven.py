@@ -1,6 +1,7 @@
-"""Issue 24, items 1 and 2, on 2 ranks with ``sync_every=2``: ranks take different numbers of
-optimizer steps, then meet in a guarded global collective and ``finish``. Exits non-zero if
-the models differ or a value moved; a hang ends in the job's timeout.
+"""Uneven step counts and reordered models, on 2 ranks with ``sync_every=2``: ranks take
+different numbers of optimizer steps, then meet in a guarded global collective and
+``finish``. Exits non-zero if the models differ or a value moved; a hang ends in the job's
+timeout.
 
     horovodrun -np 2 python sync_every_uneven.py uneven|skipped|ordering
 """

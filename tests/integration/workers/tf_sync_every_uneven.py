@@ -1,4 +1,4 @@
-"""Issue 24, item 1, under TensorFlow, on 2 ranks with ``sync_every=2``: ranks take different
+"""Uneven step counts under TensorFlow, on 2 ranks with ``sync_every=2``: ranks take different
 numbers of optimizer steps (a tape's deferred step or a wrapped optimizer's), then meet in a
 guarded global collective and ``finish``. Exits non-zero if the models differ; a hang ends in
 the job's timeout. As ``sync_every_uneven.py``, for PyTorch.

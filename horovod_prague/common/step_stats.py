@@ -1,0 +1,58 @@
+"""How a rank's Prague steps went in this job: the counters behind ``exchange_stats``.
+
+A ``Job`` holds one; an elastic reset makes a new one. The step count is also this rank's
+weight in its averages under ``weighting=progress``::
+
+    stats = StepStats()
+    with stats.step():
+        ...  # the step's group average; the step counts ``averaged``, ``alone``, ...
+    stats.as_dict(waited_s=0.0)  # {"steps": 1, "averaged": 0, ..., "exchange_ms": 0}
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+
+KEYS = ("steps", "averaged", "alone", "in_flight", "waited", "owed")
+"""What ``exchange_stats`` counts, in its order."""
+
+
+@dataclasses.dataclass
+class StepStats:
+    """One job's counters of one rank's Prague steps."""
+
+    counts: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """``KEYS``' counts."""
+    seconds: float = 0.0
+    """Seconds spent in Prague steps."""
+    stepping_thread: int | None = None
+    """The thread that took the last Prague step (``threading.get_ident``)."""
+
+    @property
+    def steps(self) -> int:
+        """The Prague steps (``exchange`` calls) taken so far."""
+        return self.counts["steps"]
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[collections.Counter[str]]:
+        """Count and time one Prague step, taken by this thread; yields the counts."""
+        began = time.perf_counter()
+        self.counts["steps"] += 1
+        self.stepping_thread = threading.get_ident()
+        try:
+            yield self.counts
+        finally:
+            self.seconds += time.perf_counter() - began
+
+    def as_dict(self, waited_s: float) -> dict[str, int]:
+        """The counts by ``KEYS``, then the milliseconds spent in steps (``exchange_ms``)
+        and, of those, in waits for averages in flight (``waited_ms``: ``waited_s``)."""
+        stats = {k: self.counts[k] for k in KEYS}
+        stats["exchange_ms"] = round(1e3 * self.seconds)
+        stats["waited_ms"] = round(1e3 * waited_s)
+        return stats
