@@ -120,6 +120,11 @@ class Binding(abc.ABC):
         """The tensors (or variables) to average, from a model or an iterable of tensors."""
 
     @abc.abstractmethod
+    def scratch(self) -> Any:
+        """A new one-element floating-point tensor (or variable) of zeros, for a world
+        average that carries nothing but its meeting (``join`` without a tracked model)."""
+
+    @abc.abstractmethod
     def average(
         self,
         tensors: Sequence[Any],
@@ -484,7 +489,9 @@ class Binding(abc.ABC):
         again (the next ones meet in groups as before) and ends with one world average of
         the tracked models, so ``join`` returns, with Horovod's result, the same model on
         every rank. The world average comes after every rank has rejoined the Group
-        Generator, since it completes only once all have entered it.
+        Generator, since it completes only once all have entered it; without a tracked model
+        it averages a scratch tensor, so that no rank goes on (rank 0 to its exit, which
+        closes the Group Generator) before every rank has rejoined.
         """
         if self.job.runtime is None:
             return horovod_join()
@@ -493,9 +500,7 @@ class Binding(abc.ABC):
             self.finish(self.tracked(), average=False)
         last = horovod_join()
         rt.rejoin()
-        values = self.tracked()
-        if values:
-            self._final_average(values)
+        self._final_average(self.tracked() or [self.scratch()])
         return last
 
     def shutdown(self) -> None:

@@ -145,6 +145,10 @@ class TensorflowBinding(Binding):
             return list(variables() if callable(variables) else variables)
         return list(source)
 
+    def scratch(self) -> tf.Variable:
+        with tf.init_scope():
+            return tf.Variable(tf.zeros([1]), trainable=False)
+
     def average(
         self,
         variables: Sequence[tf.Variable],

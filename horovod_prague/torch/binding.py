@@ -110,6 +110,9 @@ class TorchBinding(Binding):
             return [source]
         return list(source)
 
+    def scratch(self) -> torch.Tensor:
+        return torch.zeros(1)
+
     @torch.no_grad()
     def average(
         self,

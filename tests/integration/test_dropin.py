@@ -245,3 +245,34 @@ def test_each_validation_in_keras_fit_evaluates_one_model(tmp_path):
     epochs_alike = [len({rep["every_rank"][e] for rep in reports}) == 1 for e in range(3)]
     assert epochs_alike == [True] * 3, epochs_alike
     assert [len(rep["rank_0"]) for rep in reports] == [2, 0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param((), id="stock", marks=pytest.mark.long),
+        pytest.param(("--prague",), id="prague"),
+    ],
+)
+def test_join_with_metrics_and_no_optimizer_ends_on_every_rank(tmp_path, flags):
+    """8 ranks with uneven epochs that all-reduce metrics under one name and end each epoch
+    with ``hvd.join()``, no optimizer (``workers/join_metrics.py fixed``). Under the flag,
+    with nothing to average, rank 0 must still not exit (closing the Group Generator) before a
+    rank that came out of Horovod's join late has rejoined it."""
+    job = run_ranks("join_metrics.py", tmp_path, np=8, args=("fixed",), launcher_flags=flags)
+    job.check()
+    assert len(job.reports) == 8
+    assert len({tuple(rep["joined"]) for rep in job.reports}) == 1, job.reports
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
+def test_horovods_join_corrupts_the_joined_ranks_heap_on_a_new_name(tmp_path, flags):
+    """A defect of Horovod 0.28.1, with or without Prague, kept here to notice when a patch
+    or a new Horovod mends it (docs/reliability.md, *Open*): the same script with a new
+    metric name at every metric aborts the rank that joins first with a heap corruption
+    (``free(): invalid next size``, ``malloc(): invalid size``, ``munmap_chunk(): invalid
+    pointer``), 7 jobs of 7 stock and 1 of 1 under the flag."""
+    job = run_ranks("join_metrics.py", tmp_path, np=8, args=("new",), launcher_flags=flags)
+    assert job.returncode != 0, "the job ended cleanly: Horovod's join may be mended"
+    assert re.search(r"free\(\)|malloc\(\)|munmap_chunk\(\)", job.output), job.output[-3000:]

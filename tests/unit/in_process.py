@@ -119,6 +119,9 @@ class InProcessBinding(Binding):
     def tensors(self, source: Any) -> list[Any]:
         return list(source)
 
+    def scratch(self) -> Any:
+        return np.zeros(1)
+
     def average(
         self,
         tensors: Sequence[Any],

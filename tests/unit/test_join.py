@@ -9,6 +9,8 @@ waits in ``join`` would time out here (under Horovod it would average zeros in s
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -195,3 +197,26 @@ def test_join_before_prague_is_initialized_is_horovods():
     b = InProcessBinding(InProcessRuntime(random_generator(2), 0, 0), Collectives())
     b.job.runtime = None
     assert b.join(lambda: 7) == 7
+
+
+def test_join_without_a_tracked_model_returns_once_every_rank_has_rejoined():
+    """A script with no Prague model (metrics only) that ends with ``join``: no rank may
+    return before every rank has rejoined, or rank 0 exits, closing the Group Generator on a
+    rank that is still about to rejoin. Ranks 1 and 2 come out of Horovod's join late."""
+    size = 3
+    horovod_join = HorovodJoin(size)
+    seen_by_rank_0: list[set[int]] = []
+
+    def late(rank: int) -> int:
+        last = horovod_join(rank)
+        if rank:
+            time.sleep(0.3)  # a slow rank: its rejoin comes after rank 0's
+        return last
+
+    def script(rank: int, b: InProcessBinding) -> None:
+        b.join(lambda: late(rank))
+        if rank == 0:
+            seen_by_rank_0.append(set(b.job.runtime.gg.active))
+
+    run_ranks(size, 0, script)
+    assert seen_by_rank_0 == [set(range(size))]

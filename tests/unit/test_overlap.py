@@ -240,6 +240,9 @@ class BlockingBinding(Binding):
     def tensors(self, source):
         return list(source)
 
+    def scratch(self):
+        return [0.0]
+
     def average(self, tensors, name, process_set, size, overlap=None, share_of=None):
         flag = None if overlap is None else overlap.flag
         self.log.append(("blocking", process_set, self.job.averager.in_flight(), flag))
