@@ -138,8 +138,8 @@ def check_args(
         parser.error(
             f"{how}: horovod-prague's import hook is not installed in this environment, so "
             f"the workers would run stock Horovod. {HOOK_FILE} is written by a regular install "
-            "(pip install horovod-prague, or pip install . in a checkout); an editable install "
-            "(pip install -e .) does not write it."
+            "of the checkout (scripts/bootstrap.py does it, or pip install . in the checkout, "
+            "docs/install.md); an editable install (pip install -e .) does not write it."
         )
 
 
