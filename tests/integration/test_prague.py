@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from launch import run_ranks
+from launch import BIN, run_ranks
 
 pytestmark = pytest.mark.multirank
 
@@ -252,3 +252,19 @@ def test_collectives_enqueued_as_the_loop_fails_all_end(tmp_path):
     assert len(rep["refused"]) == 4, rep
     assert all("Horovod has been shut down" in error for error in rep["refused"]), rep
     assert rep["enqueued"] > 0 and rep["unfinished"] == 0, rep
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("sets", ["static", "dynamic"])
+def test_many_starts_of_horovod_under_the_flag_on_two_hosts(tmp_path, sets):
+    """25 rounds of ``init``, a broadcast, 4 Prague steps and ``shutdown`` in one process on
+    4 ranks of two host names (``workers/restarts.py``), with Prague's sets given to ``init``
+    or added after it: a soak for a rare Gloo time-out at a job's start (docs/reliability.md,
+    *Open*), which scripts/stress.sh runs."""
+    launcher = [str(BIN / "horovodrun"), "-np", "4", "-H", "localhost:2,127.0.0.1:2", "--gloo"]
+    args = ("25", "dynamic") if sets == "dynamic" else ("25",)
+    job = run_ranks(
+        "restarts.py", tmp_path, args=args, launcher=launcher, launcher_flags=("--prague",)
+    )
+    job.check()
+    assert [rep["rounds"] for rep in job.reports] == [25, 25, 25, 25]

@@ -1,15 +1,11 @@
-"""Starts of Horovod under ``--prague``, many in one process, to look for the rare all-ranks
-Gloo time-out at a job's start (docs/reliability.md, *Open*):
-
-    horovodrun -np 4 -H localhost:2,127.0.0.1:2 --gloo --prague \\
-        python scripts/repro/restart_horovod.py 100
-    horovodrun -np 4 -H localhost:2,127.0.0.1:2 --gloo --prague \\
-        python scripts/repro/restart_horovod.py 100 dynamic
+"""Starts of Horovod under ``--prague``, many in one process, as a soak for the rare all-ranks
+Gloo time-out at a job's start (docs/reliability.md, *Open*): ``restarts.py ROUNDS [dynamic]``.
 
 Each round initializes Horovod (with Horovod's dynamic process sets when ``dynamic`` is
 given, so that Prague adds its sets after ``init``, as under elastic), broadcasts a fresh
 model, takes 4 Prague steps and shuts Horovod down. A failure ends the job with every
-rank's Horovod loop naming where it waited (``patches/0016``, ``patches/0017``).
+rank's Horovod loop naming where it waited (``patches/0016``, ``patches/0017``); every
+rank reports the rounds done.
 """
 
 import sys
@@ -17,6 +13,7 @@ import time
 
 import horovod.torch as hvd
 import torch
+from _report import report
 
 rounds = int(sys.argv[1])
 init_options = {"process_sets": "dynamic"} if sys.argv[2:] == ["dynamic"] else {}
@@ -37,3 +34,4 @@ for round_ in range(rounds):
         optimizer.step()
     hvd.shutdown()
 print(f"{rounds} starts in {time.monotonic() - started:.1f} s", flush=True)
+report({"rounds": rounds, "seconds": time.monotonic() - started})
