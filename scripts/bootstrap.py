@@ -5,6 +5,13 @@ patched Horovod wheel (built once and cached outside the clone) and the package 
 Run by ``scripts/demo.sh`` and ``scripts/test.sh``; safe to run by hand. Each step prints one
 line, and a step that is already done is skipped. Standard library only.
 
+``--here``: install into the Python environment that runs the script (your own virtual
+environment, with your framework already in it) instead of ``.venv``: the patched Horovod is
+built against the torch and/or TensorFlow installed there, then this checkout is installed::
+
+    source ~/my-env/bin/activate
+    python scripts/bootstrap.py --here
+
 Environment:
   HOROVOD_PRAGUE_CACHE   where built wheels, the sdist and build logs live
                          (default: ~/.cache/horovod-prague)
@@ -14,6 +21,8 @@ Environment:
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import os
 import re
 import shutil
@@ -80,13 +89,23 @@ def read_series(patches: Path) -> list[Path]:
     return [patches / name for name in names]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    global PY, VENV
     started = time.monotonic()
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--here"]):
+        print(f"usage: {Path(__file__).name} [--here]", file=sys.stderr)
+        return 2
     try:
         check_python()
-        ensure_system_packages()
-        ensure_venv()
-        versions = check_framework_versions()
+        if args == ["--here"]:
+            PY, VENV = Path(sys.executable), Path(sys.prefix)
+            check_build_tools()
+            versions = installed_frameworks()
+        else:
+            ensure_system_packages()
+            ensure_venv()
+            versions = check_framework_versions()
         ensure_horovod(versions)
         ensure_project()
     except SetupError as e:
@@ -148,6 +167,62 @@ def ensure_venv() -> None:
     stamp.write_text(wanted)
 
 
+def check_build_tools() -> None:
+    """``--here``: what the build needs, from the system or the environment."""
+    missing = [cmd for cmd in ("g++", "make", "patch") if not shutil.which(cmd)]
+    if not shutil.which("cmake") and not (VENV / "bin" / "cmake").exists():
+        missing.append("cmake")
+    if missing:
+        raise SetupError(
+            f"missing build tools: {' '.join(missing)}. Install them (Debian: 'apt-get install "
+            "g++ make patch cmake'; or 'pip install cmake' in this environment), then run "
+            "this again. Open MPI (mpicc) is optional: without it Horovod is built with Gloo."
+        )
+    if not importlib.util.find_spec("wheel") and not _setuptools_builds_wheels():
+        raise SetupError(
+            f"this environment ({sys.prefix}) cannot build wheels: run "
+            "'python -m pip install wheel' in it, then run this again"
+        )
+    step(f"build tools present; installing into {sys.prefix}")
+
+
+def _setuptools_builds_wheels() -> bool:
+    """Whether setuptools has ``bdist_wheel`` of its own (70.1 and later)."""
+    try:
+        version = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
+    return (major, minor) >= (70, 1)
+
+
+def installed_frameworks() -> dict[str, str]:
+    """``--here``: the frameworks of this environment, which the build is made for."""
+    found: dict[str, str] = {}
+    for name, dists in (("torch", ("torch",)), ("tensorflow", ("tensorflow", "tensorflow-cpu"))):
+        for dist in dists:
+            try:
+                found[name] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                pass
+    if not found:
+        raise SetupError(
+            f"neither torch nor TensorFlow is installed in {sys.prefix}: install your "
+            "framework there first, then run this again"
+        )
+    for name, have in found.items():
+        if not have.startswith(SUPPORTED[name]):
+            step(f"note: {name} {have}; the patches were tested with {SUPPORTED[name]}x")
+    step("building for " + ", ".join(f"{n} {v}" for n, v in found.items()))
+    return {
+        **found,
+        "mpi": first_line(["mpirun", "--version"]) if shutil.which("mpicc") else "none",
+        "python": sys.version.split()[0],
+        "gcc": first_line(["g++", "--version"]),
+    }
+
+
 def check_framework_versions() -> dict[str, str]:
     code = (
         "import importlib.metadata as m, subprocess;"
@@ -193,15 +268,30 @@ def ensure_horovod(versions: dict[str, str]) -> None:
     if wheels:
         step(f"installing cached Horovod wheel {wheels[0]}")
     else:
-        wheels = [build_horovod(key, wheel_dir, patches)]
+        wheels = [build_horovod(key, wheel_dir, patches, versions)]
     pip(
         ["install", "--no-deps", "--force-reinstall", str(wheels[0])],
         CACHE / "logs" / "pip-horovod.log",
     )
+    if VENV != ROOT / ".venv":  # --here: Horovod's own dependencies, where missing
+        pip(["install", str(wheels[0])], CACHE / "logs" / "pip-horovod.log")
     stamp.write_text(key)
 
 
-def build_horovod(key: str, wheel_dir: Path, patches: list[Path]) -> Path:
+def build_flags(versions: dict[str, str]) -> dict[str, str]:
+    """Horovod's build variables for the frameworks and MPI in ``versions``.
+
+    >>> build_flags({"torch": "2.13.0", "mpi": "none"})["HOROVOD_WITHOUT_TENSORFLOW"]
+    '1'
+    """
+    flags = {}
+    for name, var in (("torch", "PYTORCH"), ("tensorflow", "TENSORFLOW")):
+        flags[f"HOROVOD_WITH{'' if name in versions else 'OUT'}_{var}"] = "1"
+    flags[f"HOROVOD_WITH{'OUT' if versions.get('mpi') == 'none' else ''}_MPI"] = "1"
+    return flags
+
+
+def build_horovod(key: str, wheel_dir: Path, patches: list[Path], versions: dict[str, str]) -> Path:
     check_disk(CACHE, MIN_FREE_GIB_BUILD, "building Horovod")
     sdist = fetch_sdist()
     log = CACHE / "logs" / f"horovod-build-{key}.log"
@@ -230,31 +320,23 @@ def build_horovod(key: str, wheel_dir: Path, patches: list[Path]) -> Path:
         env = {
             **os.environ,
             "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            "HOROVOD_WITH_PYTORCH": "1",
-            "HOROVOD_WITH_TENSORFLOW": "1",
+            **build_flags(versions),
             "HOROVOD_WITH_GLOO": "1",
-            "HOROVOD_WITH_MPI": "1",
             "HOROVOD_WITHOUT_MXNET": "1",
             "MAKEFLAGS": f"-j{jobs}",
         }
         out = Path(tmp) / "dist"
-        run_logged(
-            [
-                str(PY),
-                "-m",
-                "pip",
-                "wheel",
-                "-v",
-                "--no-build-isolation",
-                "--no-deps",
-                "-w",
-                str(out),
-                str(src),
-            ],
-            log,
-            env=env,
-            what="the Horovod build",
-        )
+        wheel = ["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w"]
+        try:
+            run_logged([str(PY), *wheel, str(out), str(src)], log, "the Horovod build", env)
+        except SetupError as e:
+            if "Could NOT find CUDAToolkit" not in log.read_text(errors="replace"):
+                raise
+            raise SetupError(
+                f"{e}\nThe torch here is a CUDA build: Horovod's build against it needs the "
+                "CUDA toolkit (cudart and its headers, found through CUDA_HOME). Install it, "
+                "or a CPU build of torch."
+            ) from None
         built = sorted(out.glob("horovod-*.whl"))
         if not built:
             raise SetupError(f"the Horovod build produced no wheel; see {log}")
@@ -306,10 +388,12 @@ def ensure_project() -> None:
         step("horovod-prague installed, up to date with this checkout")
         return
     step("installing horovod-prague from this checkout")
-    pip(
-        ["install", "--no-deps", "--no-build-isolation", "--force-reinstall", str(ROOT)],
-        CACHE / "logs" / "pip-project.log",
-    )
+    log = CACHE / "logs" / "pip-project.log"
+    if VENV == ROOT / ".venv":
+        pip(["install", "--no-deps", "--no-build-isolation", "--force-reinstall", str(ROOT)], log)
+    else:  # --here: built with the setuptools pyproject.toml asks for, not the environment's
+        pip(["install", "--no-deps", "--force-reinstall", str(ROOT)], log)
+        pip(["install", str(ROOT)], log)  # numpy, where missing
     shutil.rmtree(ROOT / "build", ignore_errors=True)
     stamp.write_text(wanted)
 
