@@ -361,11 +361,12 @@ class Binding(abc.ABC):
 
     def average_weight(self) -> float | None:
         """This rank's weight in its averages: under ``weighting=progress`` (the default) the
-        optimizer steps it has taken (at least 1), so that a model that has taken fewer
-        steps, a straggler's, pulls its partners back less; None under ``equal``."""
+        optimizer steps it has taken (at least 1), each counted at the size of its batch
+        (``StepStats.progress``), so that a model that has seen fewer samples, a
+        straggler's, pulls its partners back less; None under ``equal``."""
         if self.config().weighting == "equal":
             return None
-        return float(max(1, self.job.stats.steps))
+        return max(1.0, self.job.stats.progress)
 
     @property
     def steps_taken(self) -> int:

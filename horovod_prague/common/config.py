@@ -25,17 +25,17 @@ SMALL_JOB = 4
 larger ones at 1: measured under the paper's slowdown model, 2 reached the bound at n = 4 with
 no accuracy lost, while at n = 8 it cost about a point and 1 matched All-Reduce. With more
 than one in flight, ``auto`` is 1 at every size: the second average already removes the wait
-that a larger staleness buys off (docs/results.md)."""
+that a larger staleness buys off (docs/results/earlier/lone-steps.md)."""
 LARGE_JOB = 16
 """Jobs of this many ranks or more average in groups of 4 when ``group_size`` is 0 (auto),
 smaller ones in pairs: on 4 hosts x 4 ranks under the random slowdown, groups of 4 ended 1.4
 to 2.5 points of accuracy closer to All-Reduce's than pairs, about 10% slower; at n = 8 pairs
-were level with All-Reduce (docs/results.md, *Groups of 4 from 16 ranks*)."""
+were level with All-Reduce (docs/results/earlier/group-size-at-16-ranks.md)."""
 MOMENTUM_CORRECTION = 0.2
 """``momentum_correction=auto``: in the benchmark's model of 16 ranks, each on a fixed shard,
 it took the accuracy gap to All-Reduce from 2.8 to 0.5 points (8 seeds), and left it where it
 was with shards drawn anew each pass; 0.3 did as well on fixed shards and less well on
-redrawn ones (docs/results.md, *The momentum takes its share of the averages*)."""
+redrawn ones (docs/results/earlier/momentum-correction-model.md)."""
 MEASURED_MOMENTUM = 0.9
 """The momentum coefficient ``momentum_correction`` was measured with (``share_at``)."""
 STRATEGIES = ("smart", "static", "random", "adpsgd", "allreduce")
@@ -76,6 +76,10 @@ HELP = {
     "epoch_consensus": "on: the end of each training epoch runs a global average first, so "
     "the script evaluates one model on every rank (PyTorch: a DataLoader's pass over a "
     "DistributedSampler or ElasticSampler of every rank; Keras: fit's validation); off",
+    "own_pace": "on (PyTorch): each training pass over a DistributedSampler of every rank "
+    "gives each rank a share of the epoch's samples that follows its speed measured over the "
+    "previous pass, in the same number of batches on every rank (a slow rank's batches are "
+    "smaller); off: the sampler's equal split",
     "coordinator_addr": "address rank 0 advertises for its Group Generator (empty = choose)",
     "coordinator_port": "port the Group Generator listens on (0 = any free port)",
 }
@@ -98,6 +102,7 @@ class PragueConfig:
     momentum_correction: str = AUTO
     adam_correction: str = "on"
     epoch_consensus: str = "on"
+    own_pace: str = "off"
     coordinator_addr: str = ""
     coordinator_port: int = 0
 
@@ -134,6 +139,8 @@ class PragueConfig:
             raise ValueError(f"adam_correction: expected on or off, got {self.adam_correction!r}")
         if self.epoch_consensus not in ("on", "off"):
             raise ValueError(f"epoch_consensus: expected on or off, got {self.epoch_consensus!r}")
+        if self.own_pace not in ("on", "off"):
+            raise ValueError(f"own_pace: expected on or off, got {self.own_pace!r}")
         if not 0 <= self.coordinator_port < 65536:
             raise ValueError(f"coordinator_port: must be in 0..65535, got {self.coordinator_port}")
 

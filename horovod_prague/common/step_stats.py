@@ -1,6 +1,7 @@
 """How a rank's Prague steps went in this job: the counters behind ``exchange_stats``.
 
-A ``Job`` holds one; an elastic reset makes a new one. The step count is also this rank's
+A ``Job`` holds one; an elastic reset makes a new one. ``progress``, the steps each counted at
+the size of its batch (1 at the script's batch size; own pace sets ``scale``), is this rank's
 weight in its averages under ``weighting=progress``::
 
     stats = StepStats()
@@ -32,6 +33,12 @@ class StepStats:
     """Seconds spent in Prague steps."""
     stepping_thread: int | None = None
     """The thread that took the last Prague step (``threading.get_ident``)."""
+    scale: float = 1.0
+    """The size of this rank's batches, as a part of the script's batch size: 1 but in a
+    training pass under own pace (``horovod_prague.torch.pace``)."""
+    progress: float = 0.0
+    """The steps taken so far, each counted at its ``scale``: the samples seen, in batches
+    of the script's size."""
 
     @property
     def steps(self) -> int:
@@ -43,6 +50,7 @@ class StepStats:
         """Count and time one Prague step, taken by this thread; yields the counts."""
         began = time.perf_counter()
         self.counts["steps"] += 1
+        self.progress += self.scale
         self.stepping_thread = threading.get_ident()
         try:
             yield self.counts

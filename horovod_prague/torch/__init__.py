@@ -36,6 +36,7 @@ from .binding import synchronize as synchronize
 from .epochs import end_epochs_with_consensus
 from .optimizer import DistributedOptimizer as DistributedOptimizer
 from .optimizer import broadcast_optimizer_state as _broadcast_optimizer_state
+from .pace import pace_loaders
 
 # Prague's elastic module; ``from . import elastic`` would find Horovod's, star-imported above.
 elastic = importlib.import_module(f"{__name__}.elastic")
@@ -45,6 +46,7 @@ globals().update({name: _binding.guard(getattr(_hvd, name)) for name in TORCH_GL
 broadcast_optimizer_state = _binding.guard(_broadcast_optimizer_state)
 patch_horovod(*TORCH_WAITING_MODULES)
 end_epochs_with_consensus(_binding)
+pace_loaders(_binding)
 
 
 def join(device: int = -1) -> int:

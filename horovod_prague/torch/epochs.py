@@ -5,9 +5,9 @@ average the metric (Horovod's examples do: a test loop over a ``DistributedSampl
 ``hvd.allreduce`` of the loss and accuracy). Under Prague the ranks' models differ between
 global averages, so each rank would evaluate its own, and the metric would be the mean
 over models that each saw a part of the recent data: with BatchNorm at 16 ranks, about
-three points below what the consensus model scores (docs/results.md, *Parity beyond
-MNIST-1D*). The global collective of the metric brings the models to consensus, but only
-after they were evaluated.
+three points below what the consensus model scores (docs/benchmarks.md, *Each rank's
+model, and the consensus*). The global collective of the metric brings the models to
+consensus, but only after they were evaluated.
 
 The end of a DataLoader's pass over a ``DistributedSampler`` (or Horovod's
 ``ElasticSampler``) that spans every rank is the same point of the program on every rank:
@@ -38,6 +38,15 @@ from torch.utils.data import BatchSampler, DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ..common.binding import Binding
+from .pace import OwnPaceBatches, pass_ended
+
+
+def _allgather() -> Any:
+    """Horovod's allgather as a script calls it under Prague: guarded, named, with a deadline."""
+    from horovod_prague.torch import allgather
+
+    return allgather
+
 
 STEPS_AT_START = "_prague_steps_at_start"
 """The attribute of a DataLoader's iterator that holds the rank's optimizer step count when
@@ -64,8 +73,15 @@ def end_epochs_with_consensus(binding: Binding) -> None:
         try:
             return original(self)
         except StopIteration:
-            if _ends_a_training_epoch(self, binding) and binding.config().epoch_consensus == "on":
-                binding.before_collective(None)
+            if _ends_a_training_epoch(self, binding):
+                paced = (
+                    self._index_sampler if isinstance(self._index_sampler, OwnPaceBatches) else None
+                )
+                measured = paced.measured() if paced else None  # before any wait for others
+                if binding.config().epoch_consensus == "on":
+                    binding.before_collective(None)
+                if paced and measured:
+                    pass_ended(paced, measured, _allgather())
             raise
 
     __next__._prague = True  # type: ignore[attr-defined]
@@ -82,7 +98,7 @@ def _ends_a_training_epoch(loader_iter: _BaseDataLoaderIter, binding: Binding) -
     if getattr(loader_iter, STEPS_AT_START, None) == binding.steps_taken:
         return False  # no step during the pass: an evaluation, or before training
     sampler = getattr(loader_iter, "_index_sampler", None)
-    if type(sampler) is BatchSampler:
+    if type(sampler) is BatchSampler or isinstance(sampler, OwnPaceBatches):
         sampler = sampler.sampler
     if not isinstance(sampler, DistributedSampler | ElasticSampler):
         return False

@@ -269,10 +269,31 @@ def test_join_with_metrics_and_no_optimizer_ends_on_every_rank(tmp_path, flags):
 @pytest.mark.parametrize("flags", [(), ("--prague",)], ids=["stock", "prague"])
 def test_horovods_join_corrupts_the_joined_ranks_heap_on_a_new_name(tmp_path, flags):
     """A defect of Horovod 0.28.1, with or without Prague, kept here to notice when a patch
-    or a new Horovod mends it (docs/reliability.md, *Open*): the same script with a new
+    or a new Horovod mends it (docs/limitations.md): the same script with a new
     metric name at every metric aborts the rank that joins first with a heap corruption
     (``free(): invalid next size``, ``malloc(): invalid size``, ``munmap_chunk(): invalid
     pointer``), 7 jobs of 7 stock and 1 of 1 under the flag."""
     job = run_ranks("join_metrics.py", tmp_path, np=8, args=("new",), launcher_flags=flags)
     assert job.returncode != 0, "the job ended cleanly: Horovod's join may be mended"
     assert re.search(r"free\(\)|malloc\(\)|munmap_chunk\(\)", job.output), job.output[-3000:]
+
+
+def test_own_pace_gives_a_slow_rank_fewer_samples_in_as_many_batches(tmp_path):
+    """4 ranks of a plain script (``workers/own_pace.py``), the last one four times slower per
+    sample, under ``--prague --prague-own-pace on``: from the second epoch on the slow rank
+    trains on fewer samples than the others, in as many batches; every epoch still sees each
+    sample once; the per-batch ``OneCycleLR`` never runs past its end; one model at the end."""
+    flags = ("--prague", "--prague-own-pace", "on")
+    job = run_ranks("own_pace.py", tmp_path, launcher_flags=flags, timeout=300).check()
+    reports = sorted(job.reports, key=lambda rep: rep["rank"])
+    assert len(reports) == 4
+    assert len({rep["final"] for rep in reports}) == 1
+    assert len({tuple(rep["accuracies"]) for rep in reports}) == 1
+    for epoch in range(5):
+        assert {rep["batches"][epoch] for rep in reports} == {reports[0]["len_loader"]}
+        indices = [i for rep in reports for i in rep["seen"][epoch]]
+        assert len(indices) == 1000 and set(indices) == set(range(1000)), epoch
+    taken = [[len(rep["seen"][epoch]) for rep in reports] for epoch in range(5)]
+    assert taken[0] == [250] * 4, taken  # the first epoch measures
+    for epoch in range(1, 5):
+        assert 2 * taken[epoch][3] < min(taken[epoch][:3]) and taken[epoch][3] < 250, taken

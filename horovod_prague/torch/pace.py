@@ -1,0 +1,126 @@
+"""Own pace: each rank takes a share of a training epoch's samples that follows its speed.
+
+A plain script gives every rank the same part of each epoch (``DistributedSampler``), so a
+rank on a slow host takes as long over its part as it would under All-Reduce, and the epoch
+ends when it is done. Under ``own_pace=on`` a training pass over a ``DistributedSampler`` of
+every rank splits the epoch's samples (the same ones, in the sampler's own order) in
+proportion to each rank's speed, measured over the previous pass, in the **same number of
+batches on every rank**: a fast rank's batches are larger, a slow rank's smaller. So a
+scheduler stepped per batch, ``len(loader)`` and the end of the epoch are where the script
+expects them; every sample is seen once per epoch; and each model's weight in its averages
+follows the samples it has taken (``StepStats.progress``).
+
+The first pass of a loader runs the sampler's equal split, and measures. At the end of each
+training pass (``epochs``), the ranks allgather what they took and how long they were busy
+(the pass's wall time less the time spent in Prague's step exchange), and every rank derives
+the same shares for the next pass::
+
+    import horovod.torch as hvd         # horovodrun --prague --prague-own-pace on
+    sampler = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank())
+    loader = DataLoader(data, batch_size=32, sampler=sampler)   # unchanged
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:             # from the second pass on, len(x) follows the speed
+            ...
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+from ..common.binding import Binding
+from ..common.shares import my_batches
+
+SPEEDS = "_prague_speeds"
+"""The sampler's attribute that holds each rank's measured speed (samples per busy second)."""
+
+
+class OwnPaceBatches:
+    """A loader's batches under own pace: its ``BatchSampler``'s until the ranks' speeds are
+    known, then this rank's share of the epoch in as many batches as that gives."""
+
+    def __init__(self, batches: BatchSampler, binding: Binding) -> None:
+        self.batch_sampler = batches
+        self.sampler: DistributedSampler = batches.sampler  # type: ignore[assignment]
+        self.binding = binding
+        self.taken = 0
+        """Samples this rank has been given in the current pass."""
+        self.began: tuple[float, float] | None = None
+        """When the current pass began: wall clock, and the seconds spent in Prague steps."""
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.taken = 0
+        self.began = (time.perf_counter(), self.binding.job.stats.seconds)
+        speeds = getattr(self.sampler, SPEEDS, None)
+        if speeds is None:
+            self.binding.job.stats.scale = 1.0
+            for batch in self.batch_sampler:
+                self.taken += len(batch)
+                yield batch
+            return
+        batches = len(self.batch_sampler)
+        per_rank = min(self.sampler.num_samples, batches * self.batch_sampler.batch_size)
+        mine, counts = my_batches(self.sampler, speeds, batches, per_rank)
+        self.binding.job.stats.scale = counts[self.sampler.rank] / per_rank
+        for batch in mine:
+            self.taken += len(batch)
+            yield batch
+
+    def measured(self) -> tuple[float, float]:
+        """This pass's samples and busy seconds (wall time less time in Prague's steps)."""
+        assert self.began is not None, "a pass ended that never began"
+        wall = time.perf_counter() - self.began[0]
+        in_steps = self.binding.job.stats.seconds - self.began[1]
+        return float(self.taken), max(wall - in_steps, 1e-6)
+
+
+def pass_ended(batches: OwnPaceBatches, measured: tuple[float, float], allgather: Any) -> None:
+    """At the end of a training pass on every rank: gather each rank's samples and busy
+    seconds (``measured``, taken when its pass ended) with ``allgather`` (a global
+    collective), and keep the speeds for the next pass."""
+    rows = allgather(torch.tensor([measured], dtype=torch.float64), name="prague.own_pace")
+    speeds = [float(t / b) for t, b in rows.tolist()]
+    setattr(batches.sampler, SPEEDS, speeds)
+    batches.binding.job.stats.scale = 1.0
+
+
+def pace_loaders(binding: Binding) -> None:
+    """Under ``own_pace=on``, give a DataLoader over a ``DistributedSampler`` of every rank,
+    batched by PyTorch's own ``BatchSampler``, its batches from ``OwnPaceBatches`` (torch's
+    ``DataLoader._index_sampler`` is patched once per process)."""
+    original = DataLoader._index_sampler
+    if getattr(original.fget, "_prague", False):
+        return
+
+    @functools.wraps(original.fget)
+    def _index_sampler(loader: DataLoader) -> Any:
+        index_sampler = original.fget(loader)
+        if not _paced(loader, index_sampler, binding):
+            return index_sampler
+        own = loader.__dict__.get("_prague_own_pace")
+        if own is None or own.batch_sampler is not index_sampler:
+            own = OwnPaceBatches(index_sampler, binding)
+            loader.__dict__["_prague_own_pace"] = own
+        return own
+
+    _index_sampler._prague = True  # type: ignore[attr-defined]
+    DataLoader._index_sampler = property(_index_sampler)  # type: ignore[assignment]
+
+
+def _paced(loader: DataLoader, index_sampler: Any, binding: Binding) -> bool:
+    rt = binding.job.runtime
+    if rt is None or rt.finished or rt.config.own_pace != "on":
+        return False
+    if not loader._auto_collation or type(index_sampler) is not BatchSampler:
+        return False
+    sampler = index_sampler.sampler
+    return isinstance(sampler, DistributedSampler) and sampler.num_replicas == binding.hvd.size()
