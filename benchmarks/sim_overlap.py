@@ -21,7 +21,7 @@ benchmark's real CNN on every emulated rank.
 
 Across hosts, ``--allreduce-comm`` sets All-Reduce's time apart from a group average's
 (``--comm``), and each row also gives the Group Generator's load: its requests per second
-with steps of ``--step-ms`` (docs/results.md, *Projected to 64 and 256 ranks*).
+with steps of ``--step-ms`` (docs/benchmarks.md, *Projected to 64 and 256 ranks*).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A plain Horovod script; it has no Prague code. Run it as stock Horovod, or with 
     horovodrun -np 4 -H localhost:4 --gloo --prague smart python examples/pytorch_digits.py
 
 On 2 CPU cores it reaches a test accuracy of 0.93 or more in 20 epochs, in well under a minute
-either way (docs/usage.md has measured runs).
+either way (docs/benchmarks.md has measured runs).
 """
 
 import argparse

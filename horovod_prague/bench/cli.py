@@ -7,7 +7,7 @@ rotates from block to block, so machine noise hits all alike. Ratios are taken w
 block, then averaged over seeds.
 
     prague-bench --quick            # about 4 minutes: n = 8, random slowdowns, 3 systems
-    prague-bench                    # the full matrix (docs/results.md gives its duration)
+    prague-bench                    # the full matrix (docs/benchmarks.md gives its duration)
     python -m horovod_prague.bench --ranks 8 --scenarios persistent --systems allreduce,prague
     prague-bench --hosts 2x4 --link 1gbit --scenarios random   # across emulated hosts (root)
     prague-bench --fault 5@100 --systems allreduce,allreduce-poll,prague   # elastic, a rank lost

@@ -173,7 +173,7 @@ def table(rows: list[dict[str, Any]], target: float) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], target: float) -> str:
-    """The table as Markdown, for docs/results.md."""
+    """The table as Markdown, for docs/benchmarks.md."""
     lines = [
         f"| n | scenario | system | seeds | wall s | vs All-Reduce | bound | of bound "
         f"| to {target:.0%} | accuracy | vs AR (points) | test loss | vs AR (nats) | steps alone "

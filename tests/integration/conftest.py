@@ -13,7 +13,7 @@ collect_ignore_glob = ["workers/*"]
 
 # Gloo's timeout for every job the tests start that does not set its own (the benchmark
 # jobs included): longer than Horovod's 30 s, so that a job rides out this machine stalling
-# (docs/reliability.md, Open), and shorter than the tests' own deadlines (120 s and more for
+# (docs/limitations.md), and shorter than the tests' own deadlines (120 s and more for
 # a job), so that a real hang still ends in Gloo's error, which names its process set.
 os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", "90")
 

@@ -71,7 +71,7 @@ def test_a_tiny_fault_run_survives_and_measures_the_recovery(tmp_path):
     # The longest a survivor may wait in a collective with the lost host's ranks, as in
     # test_elastic.py; their closed connections end the wait at once (kill to next step
     # 0.4 s). It was 15 s, the shortest of any job not meant to time out, and the fourth
-    # all-ranks Gloo time-out came in this test (docs/reliability.md).
+    # all-ranks Gloo time-out came in this test (docs/limitations.md).
     env = {**os.environ, "HOROVOD_GLOO_TIMEOUT_SECONDS": "60"}
     run = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False, env=env)
     # Kept whole beside the bench's folder: a job that succeeds leaves no log of its own.

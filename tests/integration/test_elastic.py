@@ -28,7 +28,7 @@ KILL = {
     "PRAGUE_KILL_STEP": "12",
     # The longest a survivor's collective may wait for the dead worker before Horovod resets
     # (a killed worker's closed connections usually end it at once); long enough to ride out
-    # the machine stopping for a while (docs/reliability.md, Open), which at 20 s once made
+    # the machine stopping for a while (docs/limitations.md), which at 20 s once made
     # every rank reset a second time.
     "HOROVOD_GLOO_TIMEOUT_SECONDS": "60",
 }

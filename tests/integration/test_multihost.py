@@ -216,7 +216,7 @@ def test_smart_alternates_intra_and_inter_host_groups_on_four_hosts(tmp_path, em
     still owes a group, and falls back to the other kind. Across hosts the partner across
     the link is the one more often busy, so intra-host groups dominate (98 of 122 in one
     clean-clone CI run, when this test asserted a share between a quarter and three
-    quarters under the default; docs/results.md)."""
+    quarters under the default; docs/benchmarks.md, *Across hosts*)."""
     hosts = emulated_hosts(4)
     flags = ("--prague", "--prague-threshold", "0")
     job = run_on_hosts(
@@ -285,7 +285,7 @@ def test_a_lost_host_ends_the_job_with_an_error_naming_it(
     first ("Horovod background loop uncaught exception ... Connection reset by peer" or
     "closed by peer"), and horovodrun, seeing a killed rank's process fail, ends the others
     before Python can raise, naming that rank and its host (``patches/0019``; Open MPI's
-    ``mpirun`` names the node itself; docs/reliability.md). Either a survivor's error or the
+    ``mpirun`` names the node itself; docs/limitations.md). Either a survivor's error or the
     launcher must name the lost host. A rank that neither reported nor was ended so is
     checked by what Horovod printed, which names an address, not the lost ranks."""
     timeout = 6.0

@@ -259,8 +259,8 @@ def test_collectives_enqueued_as_the_loop_fails_all_end(tmp_path):
 def test_many_starts_of_horovod_under_the_flag_on_two_hosts(tmp_path, sets):
     """25 rounds of ``init``, a broadcast, 4 Prague steps and ``shutdown`` in one process on
     4 ranks of two host names (``workers/restarts.py``), with Prague's sets given to ``init``
-    or added after it: a soak for a rare Gloo time-out at a job's start (docs/reliability.md,
-    *Open*), which scripts/stress.sh runs."""
+    or added after it: a soak for a rare Gloo time-out at a job's start (docs/limitations.md),
+    which scripts/stress.sh runs."""
     launcher = [str(BIN / "horovodrun"), "-np", "4", "-H", "localhost:2,127.0.0.1:2", "--gloo"]
     args = ("25", "dynamic") if sets == "dynamic" else ("25",)
     job = run_ranks(

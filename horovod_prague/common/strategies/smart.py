@@ -9,7 +9,7 @@ never queue behind a straggler; the straggler meets others when it triggers a ge
 One guard beyond the paper: a worker that still has a group buffered is not placed in a group
 by another worker's generation. Request counts cannot see such a backlog: ranks kept waiting
 behind a straggler's queue stop counting up and the straggler looks "ahead" of them
-(docs/design.md shows the measurement). With the guard no rank owes more than one group it
+(docs/design.md, *Group generation*, says why). With the guard no rank owes more than one group it
 did not ask for. Threshold 0 turns both rules off.
 
     >>> from horovod_prague.common.topology import Topology

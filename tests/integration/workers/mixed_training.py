@@ -64,7 +64,7 @@ def main(steps: int) -> None:
             if step % 10 == 0:
                 # One name for every call, as scripts name a metric: Horovod 0.28.1 corrupts a
                 # joined rank's heap when the others all-reduce a name it has not seen
-                # (docs/reliability.md, Open).
+                # (docs/limitations.md).
                 hvd.allreduce(torch.tensor(float(step)), name="metric")
         hvd.join()
         after_join.append(digest([*body.state_dict().values(), *head.state_dict().values()]))

@@ -1,5 +1,5 @@
 """Starts of Horovod under ``--prague``, many in one process, as a soak for the rare all-ranks
-Gloo time-out at a job's start (docs/reliability.md, *Open*): ``restarts.py ROUNDS [dynamic]``.
+Gloo time-out at a job's start (docs/limitations.md): ``restarts.py ROUNDS [dynamic]``.
 
 Each round initializes Horovod (with Horovod's dynamic process sets when ``dynamic`` is
 given, so that Prague adds its sets after ``init``, as under elastic), broadcasts a fresh

@@ -1,0 +1,100 @@
+"""docs/benchmarks.md: each table that names a result file is that file's, rendered by
+``report.markdown``, under the command that made it; and every relative link resolves."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from horovod_prague.bench import cli, report
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+# "Data: [`docs/results/X.json`](results/X.json), from:", a bash block, then the table.
+SECTION = re.compile(
+    r"Data: \[`(docs/results/[\w.-]+\.json)`\]\(results/[\w.-]+\.json\)[^\n]*\n\n"
+    r"```bash\n(.*?)```\n\n((?:\|[^\n]*\n)+)",
+    re.S,
+)
+PLAN_FIELDS = ("timeout",)  # what a plan holds that does not shape its figures
+
+
+def _sections(text: str) -> list[tuple[str, str, str]]:
+    return SECTION.findall(text)
+
+
+def _plan(command: str) -> dict:
+    """The plan ``prague-bench`` makes of the command (its defaults included)."""
+    words = shlex.split(command.replace("\\\n", " "), comments=True)
+    assert words[0] == "prague-bench", command
+    plan, _ = cli.parse_args(words[1:])
+    return dataclasses.asdict(plan)
+
+
+def test_every_result_file_the_page_names_heads_a_table():
+    text = PAGE.read_text()
+    named = set(re.findall(r"docs/results/[\w.-]+\.json", text))
+    found = [data for data, _, _ in _sections(text)]
+    assert sorted(found) == sorted(set(found)), "a data file heads two tables"
+    assert named == set(found), f"named without its command and table: {named - set(found)}"
+    assert {"docs/results/suite-bn-mlp-epoch.json", "docs/results/suite-lm.json"} <= named
+
+
+@pytest.mark.parametrize(
+    "data, command, table",
+    [pytest.param(*s, id=Path(s[0]).name) for s in _sections(PAGE.read_text())],
+)
+def test_the_table_is_the_files_and_the_command_made_it(data, command, table):
+    results = json.loads((ROOT / data).read_text())
+    plan = results["plan"]
+    assert table.strip() == report.markdown(results["summary"], plan["target"])
+    made = _plan(command)
+    for field, value in plan.items():
+        if field not in PLAN_FIELDS:
+            assert made[field] == value, f"{data}: --{field} is {made[field]!r}, ran {value!r}"
+
+
+def test_the_check_fails_on_a_changed_figure():
+    text = PAGE.read_text()
+    data, command, table = _sections(text)[0]
+    results = json.loads((ROOT / data).read_text())
+    changed = table.replace("| prague | 3 |", "| prague | 2 |", 1)
+    assert changed != table
+    assert changed.strip() != report.markdown(results["summary"], results["plan"]["target"])
+    with pytest.raises(AssertionError):
+        test_the_table_is_the_files_and_the_command_made_it(
+            data, command.replace("--seeds 3", "--seeds 2"), table
+        )
+
+
+def _links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [PAGE, *sorted((ROOT / "docs" / "results" / "earlier").glob("*.md"))],
+    ids=lambda p: p.name,
+)
+def test_every_relative_link_resolves(path):
+    for link in _links(path):
+        if re.match(r"[a-z]+:", link):
+            continue
+        target, _, anchor = link.partition("#")
+        file = (path.parent / target).resolve() if target else path
+        assert file.is_file(), f"{path.name}: {link}"
+        if anchor and file.suffix == ".md":
+            assert anchor in _anchors(file), f"{path.name}: {link}"
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    heads = re.findall(r"^#+ (.*)$", re.sub(r"```.*?```", "", path.read_text(), flags=re.S), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
