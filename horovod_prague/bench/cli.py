@@ -38,10 +38,13 @@ from typing import Any
 
 from ..common.config import PragueConfig
 from ..runner import flag
-from . import faults
+from . import compute, faults
 from .datasets import cached_path, load
 from .report import BASELINES, summarize, write_outputs
 from .workload import FRAMEWORKS, SAMPLING, SCENARIOS, WORKLOADS, schedule
+
+SPLITS = ("bound", "fixed")
+"""How a Prague job's steps are shared among its ranks (``prague-bench --split``)."""
 
 BINDIR = Path(sys.executable).parent
 """Where this Python's ``horovodrun`` is: every job runs it."""
@@ -49,6 +52,10 @@ BINDIR = Path(sys.executable).parent
 SYSTEMS: dict[str, tuple[str, list[str]]] = {
     "allreduce": ("stock Horovod All-Reduce", []),
     "allreduce-poll": ("stock All-Reduce, waiting without spinning", []),
+    "allreduce-balanced": (
+        "stock All-Reduce, no spin, batches sized by measured speed (--split fixed)",
+        [],
+    ),
     "adpsgd": ("AD-PSGD pairs", ["--prague", "adpsgd", "--prague-staleness", "0"]),
     "random": ("random division", ["--prague", "random", "--prague-staleness", "0"]),
     "static": ("Prague static", ["--prague", "static", "--prague-staleness", "0"]),
@@ -62,7 +69,7 @@ SYSTEMS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-ON_REQUEST = (faults.REFERENCE, "prague-uncached")
+ON_REQUEST = (faults.REFERENCE, "prague-uncached", "allreduce-balanced")
 """Systems the full matrix leaves out: run them by naming them in ``--systems``."""
 
 
@@ -121,6 +128,11 @@ class Plan:
     commit_every: int = 25
     readmit_after: int | None = None
     workload: str = "mnist1d"
+    split: str = "bound"
+    slow_host: float | None = None
+    compute_by: str = "sleep"
+    cpu_units_per_ms: float | None = None
+    """With ``compute_by="cpu"``: the work per millisecond, measured at the start of the run."""
 
 
 def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
@@ -192,6 +204,30 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         help="with --fault: the lost host comes back S seconds after the driver dropped it "
         "(Horovod's --blacklist-cooldown-range S S), and its new ranks join at the survivors' "
         "next commit; take S longer than the survivors' recovery, which is then measured",
+    )
+    ap.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="bound",
+        help="how a Prague job's steps are shared: bound, each rank is given in advance the "
+        "steps it can take by the time all stop together, from the delays to come (no script "
+        "has this: an upper bound); fixed, every rank takes --steps batches from a DataLoader "
+        "over a DistributedSampler, as a plain script (PyTorch, --sampling epoch or shard), "
+        "which own_pace re-deals",
+    )
+    ap.add_argument(
+        "--compute-by",
+        choices=("sleep", "cpu"),
+        default="sleep",
+        help="a step's injected compute: sleep (a GPU's, which no host slows) or cpu (a fixed "
+        "amount of arithmetic, which --slow-host's quota stretches)",
+    )
+    ap.add_argument(
+        "--slow-host",
+        type=float,
+        metavar="CORES",
+        help="with --hosts: the last host's ranks get CORES cores of CPU time in all (a cgroup "
+        "quota): a host that is slower in everything it does",
     )
     a = ap.parse_args(argv)
     hosts = slots = None
@@ -265,6 +301,14 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         )
     if any(n < 2 for n in ranks):
         ap.error("--ranks: every job needs at least 2 ranks")
+    if a.slow_host is not None and not a.hosts:
+        ap.error("--slow-host needs --hosts: it slows the last emulated host")
+    if a.split == "fixed" and (a.framework != "torch" or a.sampling not in ("epoch", "shard")):
+        ap.error("--split fixed: PyTorch, with --sampling epoch or shard (a DistributedSampler)")
+    if "allreduce-balanced" in systems and a.split != "fixed":
+        ap.error("--systems: allreduce-balanced takes batches as a script does: --split fixed")
+    if a.fault and (a.split != "bound" or a.slow_host is not None):
+        ap.error("--fault runs with --split bound and no --slow-host")
     if a.fault:
         try:
             killed, kill_step = faults.parse_kill(a.fault)
@@ -313,6 +357,9 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         commit_every=a.commit_every,
         readmit_after=a.readmit_after,
         workload=a.workload,
+        split=a.split,
+        slow_host=a.slow_host,
+        compute_by=a.compute_by,
     )
     out = a.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
     return plan, out
@@ -394,7 +441,9 @@ def job_command(
     common += ["--compute-ms", str(plan.compute_ms), "--params", str(plan.params)]
     common += ["--batch", str(plan.batch), "--lr", str(plan.lr), "--seed", str(job["seed"])]
     common += ["--data", str(data), "--sampling", plan.sampling, "--out", str(out)]
-    if job["system"] == "allreduce-poll":
+    if plan.cpu_units_per_ms is not None:
+        common += ["--cpu-units-per-ms", f"{plan.cpu_units_per_ms:.3f}"]
+    if job["system"] in ("allreduce-poll", "allreduce-balanced"):
         common.append("--poll-wait")
     if plan.fault and job["system"] != faults.REFERENCE:
         spec = faults.hosts(n) if hosts is None else hosts.host_spec(plan.slots)
@@ -410,7 +459,11 @@ def job_command(
     evaluations = WORKLOADS[plan.workload].evaluations
     command += ["--eval-every", str(max(1, plan.steps // evaluations))]
     command += ["--framework", plan.framework]
-    if flags:  # every rank at its own pace; All-Reduce's ranks move together
+    if plan.split == "fixed":  # batches as a plain script takes them
+        command.append("--loader")
+        if job["system"] == "allreduce-balanced":
+            command.append("--balanced")
+    elif flags:  # the bound: every rank given its share in advance; All-Reduce's move together
         command.append("--own-pace")
     return command
 
@@ -419,7 +472,8 @@ def _where(plan: Plan) -> str:
     if plan.hosts is None:
         return "one host"
     link = f"links of {plan.link} each way" if plan.link else "links not limited"
-    return f"{plan.hosts} emulated hosts x {plan.slots} ranks, {link}"
+    slow = f", the last host on {plan.slow_host:g} cores" if plan.slow_host is not None else ""
+    return f"{plan.hosts} emulated hosts x {plan.slots} ranks, {link}{slow}"
 
 
 @contextlib.contextmanager
@@ -432,6 +486,8 @@ def _emulated_hosts(plan: Plan) -> Iterator[Any]:
 
     with Hosts.up(plan.hosts, slots=plan.slots) as hosts:
         hosts.shape(plan.link)
+        if plan.slow_host is not None:
+            hosts.limit_cpu(plan.hosts - 1, plan.slow_host)
         yield hosts
 
 
@@ -444,6 +500,8 @@ def _save_log(logs: Path, stem: str, command: list[str], output: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     plan, out = parse_args(argv)
+    if plan.compute_by == "cpu":  # measured once, so that every job does the same work
+        plan = dataclasses.replace(plan, cpu_units_per_ms=compute.units_per_ms())
     out.mkdir(parents=True, exist_ok=True)
     data_path = cached_path(plan.workload)
     load(plan.workload, data_path)  # made once, before any rank needs it

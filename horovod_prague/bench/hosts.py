@@ -49,6 +49,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from . import cpu_limit
+
 STATE_DIR = Path(os.environ.get("PRAGUE_HOSTS_STATE", "/run/prague-hosts"))
 MARKER = ".prague-hosts"  # a state directory holds this file; nothing else is ever removed
 BRIDGE = "prague0"  # the launcher's NIC; each namespace's NIC has the same name
@@ -261,6 +263,7 @@ def down(state_dir: Path | str = STATE_DIR) -> list[str]:
         time.sleep(0.05)
     if links:
         raise HostsError(f"could not delete links {links}")
+    done += cpu_limit.remove_all()  # the slow host's cgroup, now that its processes ended
     if state_dir.is_dir() and (state_dir / MARKER).exists():
         shutil.rmtree(state_dir)
         done.append(f"removed {state_dir}")
@@ -598,14 +601,21 @@ class Hosts:
             state["shape"] = rate
             _write_json(self.state_dir / "state.json", state)
 
+    def limit_cpu(self, index: int, cores: float) -> None:
+        """Make host ``index`` slow: its sshd, and every process it starts from now on, get
+        ``cores`` cores of CPU time in all (``cpu_limit``)."""
+        cpu_limit.limit(self._sshd_pid(index), cores, self.names[index])
+
     def reset(self) -> None:
-        """Back to as ``up`` left it: links up and not shaped, no process but sshd in the
-        hosts."""
+        """Back to as ``up`` left it: links up and not shaped, no CPU cap, no process but sshd
+        in the hosts."""
         self.shape(None)
         for i in range(len(self.names)):
             _sh("ip", "-n", self.netns(i), "link", "set", BRIDGE, "up")
             keep = self._sshd_pid(i)
             _kill_all([p for p in _netns_pids(self.netns(i)) if p != keep], grace=1.0)
+            cpu_limit.release(keep)
+        cpu_limit.remove_all()
 
     def alive(self) -> bool:
         """Whether these hosts still exist (nobody ran ``down`` or another ``up`` since)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -70,8 +71,12 @@ class FrameworkTrainer(Trainer):
             tf.TensorSpec([batch], tf.as_dtype(self.y.dtype)),
         )
 
-    def step(self, batch: np.ndarray) -> None:
+    def step(self, batch: np.ndarray, weight: float = 1.0) -> float:
+        if weight != 1.0:
+            raise ValueError("the TensorFlow rank takes no loss weight (--balanced is PyTorch's)")
+        began = time.perf_counter()
         self.train_step(self.x[batch], self.y[batch])
+        return time.perf_counter() - began
 
     def test(self) -> tuple[float, float]:
         logits = self.model(self.x_test, training=False)

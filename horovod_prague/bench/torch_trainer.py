@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import horovod.torch as hvd
 import numpy as np
@@ -48,16 +49,19 @@ class FrameworkTrainer(Trainer):
     def begin(self, steps: int) -> None:
         self.schedule = lr_schedule(self.workload, self.opt, steps)
 
-    def step(self, batch: np.ndarray) -> None:
+    def step(self, batch: np.ndarray, weight: float = 1.0) -> float:
+        began = time.perf_counter()
         index = torch.from_numpy(batch)
         self.opt.zero_grad()
-        loss = self._loss(self.model(self.x[index]), self.y[index])
+        loss = weight * self._loss(self.model(self.x[index]), self.y[index])
         (loss + 0.0 * self.communicated.sum()).backward()
+        computed = time.perf_counter() - began
         if self.poll_wait:
             self._wait_without_spinning()
         self.opt.step()
         if self.schedule is not None:
             self.schedule.step()
+        return computed
 
     @staticmethod
     def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

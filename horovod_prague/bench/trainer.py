@@ -43,8 +43,10 @@ class Trainer(abc.ABC):
         """Before the first step: this rank takes ``steps`` steps (a schedule's horizon)."""
 
     @abc.abstractmethod
-    def step(self, batch: np.ndarray) -> None:
-        """One training step on the examples ``batch``: local gradients, then the wrapper's."""
+    def step(self, batch: np.ndarray, weight: float = 1.0) -> float:
+        """One training step on the examples ``batch``, its loss times ``weight``: local
+        gradients, then the wrapper's. Returns the seconds it computed before waiting for
+        other ranks (the whole step where the two cannot be told apart)."""
 
     @abc.abstractmethod
     def test(self) -> tuple[float, float]:

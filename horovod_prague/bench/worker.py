@@ -4,12 +4,13 @@ It never imports horovod_prague's framework packages: under ``horovodrun --pragu
 drop-in gives it Prague's ``DistributedOptimizer`` (PyTorch) or ``DistributedGradientTape``
 (TensorFlow); without the flag it is stock Horovod. Each rank trains ``--workload``'s model
 on its share of the training set (``--sampling``: ``Batches`` says which examples each batch
-takes); a step is the real forward and backward pass plus a sleep of ``compute_ms`` times the step's
-slowdown factor, standing in for GPU compute. A synthetic parameter of ``params`` floats is
-averaged with the model, so communication has a realistic size. Rank 0 evaluates its own
-model every ``eval_every`` steps (time spent evaluating is left out of its clock) and, after
-the global collective that ends training, the consensus model; it writes the result to
-``--out``.
+takes; with ``--loader``, a DataLoader as a plain script's: ``script_batches``); a step is the
+real forward and backward pass plus a sleep of ``compute_ms`` times the step's slowdown
+factor, times its batch's size over ``--batch``, standing in for GPU compute. A synthetic
+parameter of ``params`` floats is averaged with the model, so communication has a realistic
+size. Rank 0 evaluates its own model every ``eval_every`` steps (time spent evaluating is
+left out of its clock) and, after the global collective that ends training, the consensus
+model; it writes the result to ``--out``.
 
 This module is the framework-neutral loop; ``torch_trainer`` and ``tensorflow_trainer`` say
 how one framework builds the model, takes a step and talks to Horovod (``trainer.Trainer``).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
 import sys
 import time
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from horovod_prague.bench.compute import work
 from horovod_prague.bench.datasets import load
 from horovod_prague.bench.trainer import Trainer
 from horovod_prague.bench.workload import FRAMEWORKS, SAMPLING, WORKLOADS, schedule
@@ -84,6 +87,12 @@ def workload_arguments() -> argparse.ArgumentParser:
     ap.add_argument("--sampling", choices=SAMPLING, default="shard")
     ap.add_argument("--data", default=None)
     ap.add_argument(
+        "--cpu-units-per-ms",
+        type=float,
+        default=0.0,
+        help="the injected compute as CPU work, this many units per ms (bench.compute); 0: a sleep",
+    )
+    ap.add_argument(
         "--poll-wait",
         action="store_true",
         help="PyTorch: wait for the optimizer's all-reduce by polling with sleeps, not by "
@@ -101,6 +110,18 @@ def main() -> None:
         action="store_true",
         help="take this rank's share of the samples at its own pace (workload.schedule)",
     )
+    ap.add_argument(
+        "--loader",
+        action="store_true",
+        help="every rank takes --steps batches from a DataLoader over a DistributedSampler, as "
+        "a plain script does (PyTorch; --sampling epoch or shard): script_batches",
+    )
+    ap.add_argument(
+        "--balanced",
+        action="store_true",
+        help="with --loader: each pass after the first dealt by the ranks' measured speeds, "
+        "losses weighted by share (All-Reduce's answer to a slow host)",
+    )
     ap.add_argument("--eval-every", type=int, default=10)
     a = ap.parse_args()
 
@@ -113,18 +134,35 @@ def main() -> None:
     rank, size = trainer.rank, trainer.size
     plan = schedule(a.scenario, size, a.steps, a.seed)
     factors = plan.factors[rank]
-    my_steps = plan.own_pace_steps[rank] if a.own_pace else a.steps
-    batches = Batches(a.sampling, len(data["x"]), rank, size, a.seed)
+    my_steps = plan.own_pace_steps[rank] if a.own_pace and not a.loader else a.steps
+    if a.loader:
+        from horovod_prague.bench.script_batches import ScriptBatches
+
+        script = ScriptBatches(trainer, len(data["x"]), a.sampling, a.seed, a.batch, a.balanced)
+        taken = iter(script)
+    else:
+        batches = Batches(a.sampling, len(data["x"]), rank, size, a.seed)
+        taken = ((batches.next(a.batch), 1.0) for _ in itertools.count())
     trainer.begin(my_steps)
 
     curve: list[tuple[float, int, float]] = []
     trainer.barrier()
     start = time.perf_counter()
     eval_time = 0.0
+    taken_samples = 0
     for step in range(my_steps):
-        batch = batches.next(a.batch)
-        time.sleep(a.compute_ms / 1000 * factors[step])
-        trainer.step(batch)
+        batch, weight = next(taken)
+        taken_samples += len(batch)
+        ms = a.compute_ms * factors[step] * len(batch) / a.batch  # per sample
+        began = time.perf_counter()
+        if a.cpu_units_per_ms:
+            work(round(a.cpu_units_per_ms * ms))
+        else:
+            time.sleep(ms / 1000)
+        injected = time.perf_counter() - began
+        computed = trainer.step(batch, weight)
+        if a.loader:
+            script.busy += injected + computed
         if rank == 0 and ((step + 1) % a.eval_every == 0 or step + 1 == my_steps):
             t = time.perf_counter()
             samples = (step + 1) * a.batch * size
@@ -135,6 +173,7 @@ def main() -> None:
     end = time.perf_counter()
     digests = trainer.allgather_object(trainer.digest(), name="bench.digests")
     steps_per_rank = trainer.allgather_object(my_steps, name="bench.steps")
+    samples_per_rank = trainer.allgather_object(taken_samples, name="bench.samples")
     prague = sys.modules.get(trainer.prague_module)  # loaded by the drop-in under --prague
     stats = prague.exchange_stats() if prague is not None else None
     stats_per_rank = trainer.allgather_object(stats, name="bench.stats")
@@ -146,6 +185,7 @@ def main() -> None:
             "ranks": size,
             "steps": a.steps,
             "steps_per_rank": steps_per_rank,
+            "samples_per_rank": samples_per_rank,
             "wall": end - start - eval_time,
             "train_wall": trained - start - eval_time,
             "final_accuracy": final_accuracy,

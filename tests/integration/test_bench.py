@@ -12,9 +12,7 @@ pytestmark = pytest.mark.multirank
 
 # TensorFlow's run (the same table from TensorFlow's trainer) is left out of CI for time;
 # scripts/stress.sh runs it.
-@pytest.mark.parametrize(
-    "framework", ["torch", pytest.param("tensorflow", marks=pytest.mark.long)]
-)
+@pytest.mark.parametrize("framework", ["torch", pytest.param("tensorflow", marks=pytest.mark.long)])
 def test_a_tiny_bench_run_writes_its_table_json_and_plots(tmp_path, framework):
     out = tmp_path / "bench"
     command = [sys.executable, "-m", "horovod_prague.bench", "--ranks", "4"]
@@ -108,3 +106,29 @@ def test_fault_needs_ranks_that_two_hosts_can_share(kill, message):
     run = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 2
     assert message in run.stderr
+
+
+def test_a_fixed_split_runs_as_a_script_and_own_pace_and_balancing_follow_the_speeds(tmp_path):
+    """``--split fixed``: every rank takes the same batches from a DataLoader over a
+    DistributedSampler; with the last rank 3x slower per sample, own pace under Prague and the
+    balanced All-Reduce give it fewer samples from the second epoch on (16 batches of 64 per
+    epoch at 4 ranks), and every system ends with one model."""
+    out = tmp_path / "bench"
+    systems = "allreduce-poll,allreduce-balanced,prague/own_pace=on"
+    command = [sys.executable, "-m", "horovod_prague.bench", "--ranks", "4", "--split", "fixed"]
+    command += ["--sampling", "epoch", "--scenarios", "persistent", "--systems", systems]
+    command += ["--seeds", "1", "--steps", "48", "--compute-ms", "20", "--params", "20000"]
+    run = subprocess.run(
+        [*command, "--out", str(out)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["plan"]["split"] == "fixed"
+    runs = {r["system"]: r for r in results["runs"]}
+    assert all(r["steps_per_rank"] == [48] * 4 for r in runs.values())
+    assert runs["allreduce-poll"]["samples_per_rank"] == [3000] * 4
+    for system in ("allreduce-balanced", "prague/own_pace=on"):
+        samples = runs[system]["samples_per_rank"]
+        # rank 0 also evaluates during training (own pace counts it as busy): compare 1 and 2
+        assert sum(samples) == 12000 and samples[3] < 0.8 * min(samples[1:3]), (system, samples)
+    assert all(row["same_model"] for row in results["summary"])

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import HOSTS_SCRIPT, load_hosts_module
 
+from horovod_prague.bench import cpu_limit
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).parents[2]
 OURS = ipaddress.IPv4Network("198.18.0.0/15")
@@ -313,3 +315,19 @@ def test_horovod_mpi_job_across_two_hosts(hosts):
     # horovodrun passes --allow-run-as-root and -mca btl_tcp_if_include prague0 itself; this
     # keeps Open MPI's out-of-band channel (orted to mpirun) on prague0 too.
     check_two_hosts(horovod_job(hosts, "--mpi", "--mpi-args=--mca oob_tcp_if_include prague0"))
+
+
+def test_a_slow_host_caps_what_its_sshd_starts(hosts):
+    """``limit_cpu``: a process started on h2 through ssh runs in h2's cgroup, with its quota;
+    ``down`` removes the cgroup with the hosts."""
+    hosts.limit_cpu(1, 0.4)
+    out = hosts.run(["ssh", "h2", "cat /proc/self/cgroup"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "prague-slow-h2" in out.stdout
+    root, version = cpu_limit._controller()
+    quota = "cpu.cfs_quota_us" if version == 1 else "cpu.max"
+    assert (root / "prague-slow-h2" / quota).read_text().split()[0] == "40000"
+    on_h1 = hosts.run(["ssh", "h1", "cat /proc/self/cgroup"], capture_output=True, text=True)
+    assert "prague-slow" not in on_h1.stdout
+    hosts.down()
+    assert not (root / "prague-slow-h2").exists()
