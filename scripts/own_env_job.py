@@ -48,7 +48,7 @@ def tf_job() -> np.ndarray:
     return hvd.allgather(flat[None]).numpy()
 
 
-models = torch_job() if sys.argv[1] == "torch" else tf_job()
+models = torch_job() if sys.argv[1].startswith("torch") else tf_job()
 if not np.array_equal(models[0], models[1]):
     sys.exit(f"the ranks' models differ: {np.abs(models[0] - models[1]).max()}")
 print(f"{sys.argv[1]}: one model on both ranks", flush=True)

@@ -22,7 +22,7 @@ SECTION = re.compile(
     r"```bash\n(.*?)```\n\n((?:\|[^\n]*\n)+)",
     re.S,
 )
-PLAN_FIELDS = ("timeout",)  # what a plan holds that does not shape its figures
+PLAN_FIELDS = ("timeout", "cpu_units_per_ms")  # not flags: a limit, and a measured rate
 
 
 def _sections(text: str) -> list[tuple[str, str, str]]:
