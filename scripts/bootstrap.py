@@ -327,16 +327,13 @@ def build_horovod(key: str, wheel_dir: Path, patches: list[Path], versions: dict
         }
         out = Path(tmp) / "dist"
         wheel = ["-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w"]
+        begun = log.stat().st_size if log.exists() else 0  # the log keeps earlier builds too
         try:
             run_logged([str(PY), *wheel, str(out), str(src)], log, "the Horovod build", env)
         except SetupError as e:
-            if "Could NOT find CUDAToolkit" not in log.read_text(errors="replace"):
-                raise
-            raise SetupError(
-                f"{e}\nThe torch here is a CUDA build: Horovod's build against it needs the "
-                "CUDA toolkit (cudart and its headers, found through CUDA_HOME). Install it, "
-                "or a CPU build of torch."
-            ) from None
+            this_build = log.read_bytes()[begun:].decode(errors="replace")
+            raise SetupError(f"{e}{build_hint(this_build)}") from None
+
         built = sorted(out.glob("horovod-*.whl"))
         if not built:
             raise SetupError(f"the Horovod build produced no wheel; see {log}")
@@ -410,6 +407,30 @@ _NETWORK = re.compile(
     re.I,
 )
 _ERROR = re.compile(r"(error|fatal|No such file|undefined reference|multiple definition)", re.I)
+
+
+def build_hint(output: str) -> str:
+    """What a failed Horovod build's ``output`` says the environment lacks ('' if nothing
+    known).
+
+    >>> "C++20" in build_hint("#error C++20 or later compatible compiler is required")
+    True
+    >>> build_hint("some other error")
+    ''
+    """
+    if "C++20 or later compatible compiler is required" in output:
+        return (
+            f"\nThe torch here needs C++20 to build extensions against it; Horovod "
+            f"{HOROVOD_VERSION} builds its PyTorch extension as C++17. Use torch 2.13 or older "
+            "(the tested release is 2.13)."
+        )
+    if "Could NOT find CUDAToolkit" in output:
+        return (
+            "\nThe torch here is a CUDA build: Horovod's build against it needs the CUDA "
+            "toolkit (cudart and its headers, found through CUDA_HOME). Install it, or a CPU "
+            "build of torch."
+        )
+    return ""
 
 
 def run_logged(cmd: list[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:

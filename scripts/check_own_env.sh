@@ -4,7 +4,8 @@
 # under `horovodrun --prague` in each and checks that both ranks end with the same model.
 #   torch:      torch 2.13.0 (CPU), numpy; no TensorFlow
 #   torch-cuda: torch 2.14.1 (a CUDA build, run on the CPU), numpy; needs the CUDA toolkit
-#               (CUDA_HOME, default /usr/local/cuda) for Horovod's build
+#               (CUDA_HOME, default /usr/local/cuda). Fails for now, as it should: torch
+#               2.14 needs C++20, Horovod 0.28.1's PyTorch extension builds as C++17
 #   tf:         tensorflow-cpu 2.21.0 and tf-keras; no torch
 # Not in CI: each environment downloads its framework and builds Horovod (minutes).
 # Usage: scripts/check_own_env.sh [torch] [torch-cuda] [tf]    (default: torch and tf)

@@ -17,7 +17,8 @@ the pass (a training epoch, not an evaluation), the pass's end runs a consensus
 loop with the same model. A pass that breaks early ends no epoch; so does a loader over a
 sampler of another kind (uneven data, which ``hvd.join`` ends). ``epoch_consensus=off`` (the
 job's option) turns it off: a script whose epochs are a few steps long pays a global
-average, and a wait for the slowest rank, at each.
+average, and a wait for the slowest rank, at each. Under ``own_pace=on`` the same point
+also gathers the ranks' speeds for the next pass (``pace.pass_ended``).
 
     import horovod.torch as hvd         # under horovodrun --prague
     for epoch in range(epochs):

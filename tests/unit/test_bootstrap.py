@@ -97,3 +97,14 @@ def test_the_series_lists_every_patch_once(bootstrap, tmp_path):
     (tmp_path / "series").write_text("a.patch\nb.patch\nb.patch\n")
     with pytest.raises(bootstrap.SetupError, match="must list every"):
         bootstrap.read_series(tmp_path)
+
+
+def test_a_failed_horovod_build_says_what_the_environment_lacks(bootstrap):
+    """A torch whose headers need C++20 (2.14 on) and a CUDA torch without the toolkit each
+    get their reason; the hint reads only this build's part of the log, so an earlier
+    build's failure in the same log does not name the wrong cause."""
+    cxx20 = "torch/include/ATen/ATen.h:5:2: error: #error C++20 or later compatible compiler"
+    assert "needs C++20" in bootstrap.build_hint(f"... {cxx20} is required to use ATen.")
+    cuda = "Could NOT find CUDAToolkit (missing: CUDAToolkit_INCLUDE_DIR CUDA_CUDART)"
+    assert "CUDA toolkit" in bootstrap.build_hint(cuda)
+    assert bootstrap.build_hint("gmake: *** [all] Error 2") == ""
