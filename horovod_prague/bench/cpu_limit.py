@@ -51,7 +51,9 @@ def limit(pid: int, cores: float, name: str) -> Path:
             (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (path / "cpu.cfs_quota_us").write_text(str(quota))
         else:
-            (root / "cgroup.subtree_control").write_text("+cpu")
+            control = root / "cgroup.subtree_control"
+            if "cpu" not in control.read_text().split():
+                control.write_text("+cpu")
             (path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
         (path / "cgroup.procs").write_text(str(pid))
     except OSError as e:
@@ -62,8 +64,11 @@ def limit(pid: int, cores: float, name: str) -> Path:
 
 
 def release(pid: int) -> None:
-    """Take ``pid`` back out of any cap (into the controller's root cgroup), if it was in one."""
+    """Take ``pid`` out of a cap that ``limit`` gave it (into the controller's root cgroup);
+    a process in no ``prague-slow-*`` cgroup is left where it is."""
     try:
+        if PREFIX not in Path(f"/proc/{pid}/cgroup").read_text():
+            return
         root, _ = _controller()
         (root / "cgroup.procs").write_text(str(pid))
     except (CpuLimitError, OSError):

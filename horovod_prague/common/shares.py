@@ -38,9 +38,13 @@ def shares(speeds: Sequence[float], total: int, batches: int) -> list[int]:
     fixed = [False] * n
     while True:
         free = total - floor * sum(fixed)
-        rate = free / sum(v for v, f in zip(speeds, fixed, strict=True) if not f)
+        free_speed = sum(v for v, f in zip(speeds, fixed, strict=True) if not f)
+        if free_speed == 0:  # every rank at the floor: the floor is the equal share
+            ideal = [total / n] * n
+            break
+        rate = free / free_speed
         ideal = [floor if f else v * rate for v, f in zip(speeds, fixed, strict=True)]
-        low = [i for i in range(n) if not fixed[i] and ideal[i] < floor]
+        low = [i for i in range(n) if not fixed[i] and ideal[i] < floor - 1e-9]
         if not low:
             break
         for i in low:

@@ -61,8 +61,7 @@ class OwnPaceBatches:
         self.taken = 0
         self.began = (time.perf_counter(), self.binding.job.stats.seconds)
         speeds = getattr(self.sampler, SPEEDS, None)
-        if speeds is None:
-            self.binding.job.stats.scale = 1.0
+        if speeds is None:  # the equal split; ``scale`` is the training pass's, left alone
             for batch in self.batch_sampler:
                 self.taken += len(batch)
                 yield batch

@@ -90,6 +90,7 @@ def test_a_slow_host_gets_its_quota_in_a_cgroup_of_its_own(tmp_path, monkeypatch
         (controller / "cpu.cfs_quota_us").write_text("-1")
     else:
         (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory")
+        (tmp_path / "cgroup.subtree_control").write_text("memory")
     path = cpu_limit.limit(4242, cores=0.4, name="h2")
     assert path == controller / "prague-slow-h2"
     assert (path / "cgroup.procs").read_text() == "4242"

@@ -25,6 +25,26 @@ def test_a_very_slow_rank_keeps_a_quarter_of_its_equal_share():
     assert counts == [125, 125, 125, 25]
 
 
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_shares_of_tiny_batches_never_divide_by_zero(batch):
+    rng = __import__("random").Random(batch)
+    for _ in range(500):
+        n = rng.randint(2, 9)
+        speeds = [rng.uniform(0.01, 1.0) for _ in range(n)]
+        batches = rng.randint(1, 40)
+        total = n * batches * batch
+        counts = shares.shares(speeds, total=total, batches=batches)
+        assert sum(counts) == total and min(counts) >= 0, (speeds, total, batches)
+
+
+def test_an_unpaced_pass_leaves_the_training_passs_scale():
+    (loader, *_) = _loaders(size=4, n=100, batch=8)
+    binding = _binding()
+    binding.job.stats.scale = 1.6  # a paced training pass runs
+    list(pace.OwnPaceBatches(loader.batch_sampler, binding))  # an evaluation, equal split
+    assert binding.job.stats.scale == 1.6
+
+
 def test_bad_speeds_are_refused_by_name():
     with pytest.raises(ValueError, match="own pace"):
         shares.shares([1.0, float("nan")], total=10, batches=1)
