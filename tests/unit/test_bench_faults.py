@@ -2,8 +2,8 @@
 
 import pytest
 
-from horovod_prague.bench.cli import parse_args
 from horovod_prague.bench.faults import REFERENCE, summarize
+from horovod_prague.bench.plan import parse_args
 
 
 def test_the_default_systems_leave_out_the_fault_reference():

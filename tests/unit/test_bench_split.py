@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from horovod_prague.bench import cpu_limit
-from horovod_prague.bench.cli import job_command, parse_args
+from horovod_prague.bench.cli import job_command
+from horovod_prague.bench.plan import parse_args
 from horovod_prague.bench.script_batches import ScriptBatches
 
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from horovod_prague.bench import datasets
-from horovod_prague.bench.cli import job_command, parse_args
+from horovod_prague.bench.cli import job_command
+from horovod_prague.bench.plan import parse_args
 from horovod_prague.bench.torch_models import build, lr_schedule
 from horovod_prague.bench.workload import WORKLOADS
 

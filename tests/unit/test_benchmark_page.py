@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from horovod_prague.bench import cli, report
+from horovod_prague.bench import plan as bench_plan
+from horovod_prague.bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -33,7 +34,7 @@ def _plan(command: str) -> dict:
     """The plan ``prague-bench`` makes of the command (its defaults included)."""
     words = shlex.split(command.replace("\\\n", " "), comments=True)
     assert words[0] == "prague-bench", command
-    plan, _ = cli.parse_args(words[1:])
+    plan, _ = bench_plan.parse_args(words[1:])
     return dataclasses.asdict(plan)
 
 

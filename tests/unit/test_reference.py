@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from horovod_prague import runner
-from horovod_prague.bench import cli
+from horovod_prague.bench import plan as bench_plan
 from horovod_prague.common.binding import FUNCTIONS
 from horovod_prague.common.config import ENV_PREFIX, PragueConfig
 
@@ -69,7 +69,7 @@ def test_every_horovodrun_flag():
 
 def test_every_prague_bench_flag(capsys):
     with pytest.raises(SystemExit):
-        cli.parse_args(["--help"])
+        bench_plan.parse_args(["--help"])
     listed = re.findall(r"^ {2}(-[^ ].*)$", capsys.readouterr().out, re.M)
     flags = {f for line in listed for f in re.findall(r"(--[a-z][a-z-]+)", line)} - {"--help"}
     documented = set(re.findall(r"`(--[a-z][a-z-]+)", _section("`prague-bench`")))
@@ -110,4 +110,4 @@ def test_the_prague_bench_commands_parse(path):
     commands = _commands(path, "prague-bench")
     assert commands or path.name != "README.md"
     for words in commands:
-        cli.parse_args(words[1:])
+        bench_plan.parse_args(words[1:])
