@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import numpy as np
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ..common.shares import my_batches
+from ..common import shares
 from .trainer import Trainer
 
 
@@ -46,7 +46,6 @@ class ScriptBatches:
             data, num_replicas=trainer.size, rank=trainer.rank, seed=seed
         )
         self.loader = DataLoader(data, batch_size=batch, sampler=self.sampler)
-        self.per_rank = min(self.sampler.num_samples, len(self.loader) * batch)
         self.speeds: list[float] | None = None
         """Each rank's samples per busy second over the last pass (balanced only)."""
         self.busy = 0.0
@@ -62,14 +61,14 @@ class ScriptBatches:
                 yield batch, weight
             if self.balanced:
                 rows = self.trainer.allgather_object((taken, self.busy), name="bench.speeds")
-                self.speeds = [t / max(b, 1e-6) for t, b in rows]
+                self.speeds = shares.speeds(rows)
 
     def _one_pass(self) -> Iterator[tuple[np.ndarray, float]]:
         if self.speeds is None:  # the sampler's equal split, through the DataLoader
             for batch in self.loader:
                 yield batch.numpy(), 1.0
             return
-        mine, counts = my_batches(self.sampler, self.speeds, len(self.loader), self.per_rank)
-        weight = counts[self.sampler.rank] / self.per_rank
+        size = self.loader.batch_size
+        mine, weight = shares.my_batches(self.sampler, self.speeds, len(self.loader), size)
         for batch in mine:
             yield np.asarray(batch), weight

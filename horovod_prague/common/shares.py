@@ -6,6 +6,9 @@ Framework-neutral and Horovod-free: ``horovod_prague.torch.pace`` (own pace unde
     counts = shares([4.0, 4.0, 1.0, 1.0], total=1000, batches=10)   # [400, 400, 100, 100]
     mine = dealt_order(sampler)[sum(counts[:rank]) : sum(counts[: rank + 1])]
     sizes = batch_sizes(len(mine), batches)                         # 10 batches of mine
+
+``my_batches`` does all three for a sampler; ``speeds`` turns the ranks' gathered
+(samples, busy seconds) into what ``shares`` takes.
 """
 
 from __future__ import annotations
@@ -66,10 +69,33 @@ def batch_sizes(samples: int, batches: int) -> list[int]:
     return [size + 1] * extra + [size] * (batches - extra)
 
 
+def speeds(rows: Sequence[Sequence[float]]) -> list[float]:
+    """Each rank's samples per busy second, from its ``(samples, busy seconds)`` of a pass.
+
+    >>> speeds([(64.0, 2.0), (64.0, 0.0)])
+    [32.0, 64000000.0]
+    """
+    return [float(taken) / max(float(busy), 1e-6) for taken, busy in rows]
+
+
+def equal_share(sampler: Any, batches: int, batch_size: int) -> int:
+    """The samples each rank takes in a pass of the sampler's equal split: its part, less what
+    a loader that drops the last partial batch leaves out."""
+    return min(sampler.num_samples, batches * batch_size)
+
+
 def dealt_order(sampler: Any) -> list[int]:
-    """Every rank's indices of a ``DistributedSampler``'s current epoch, by the sampler's own
-    ``__iter__`` run for each rank (a subclass's order is kept), interleaved as it deals them
-    out: one pass over the sampler per rank."""
+    """Every rank's indices of a ``DistributedSampler``'s current epoch, interleaved as the
+    sampler deals them out (rank 0's first, rank 1's first, ...).
+
+    A sampler whose ``__iter__`` is torch's own deals one padded permutation in turn, so one
+    view of it as a single rank gives them all; a subclass with an ``__iter__`` of its own
+    is run once per rank, so that its order is kept.
+    """
+    if _deals_one_permutation(sampler):
+        view = copy.copy(sampler)
+        view.rank, view.num_replicas, view.num_samples = 0, 1, sampler.total_size
+        return list(iter(view))
     parts = []
     for rank in range(sampler.num_replicas):
         view = copy.copy(sampler)
@@ -78,12 +104,22 @@ def dealt_order(sampler: Any) -> list[int]:
     return [i for group in zip(*parts, strict=True) for i in group]
 
 
+def _deals_one_permutation(sampler: Any) -> bool:
+    method = getattr(type(sampler), "__iter__", None)
+    return (
+        getattr(method, "__module__", None) == "torch.utils.data.distributed"
+        and getattr(method, "__qualname__", None) == "DistributedSampler.__iter__"
+        and hasattr(sampler, "total_size")
+    )
+
+
 def my_batches(
-    sampler: Any, speeds: Sequence[float], batches: int, per_rank: int
-) -> tuple[list[list[int]], list[int]]:
-    """This rank's (``sampler.rank``) batches of the sampler's current epoch, its share by
-    ``speeds`` of the ``per_rank`` samples each rank takes in the equal split, cut into
-    ``batches`` batches; and every rank's share."""
+    sampler: Any, speeds: Sequence[float], batches: int, batch_size: int
+) -> tuple[list[list[int]], float]:
+    """This rank's (``sampler.rank``) batches of the sampler's current epoch: its share by
+    ``speeds`` of the samples the equal split gives (``equal_share``), cut into ``batches``
+    batches; and that share as a part of its equal share (above 1 on a fast rank)."""
+    per_rank = equal_share(sampler, batches, batch_size)
     counts = shares(speeds, per_rank * sampler.num_replicas, batches)
     start = sum(counts[: sampler.rank])
     mine = dealt_order(sampler)[start : start + counts[sampler.rank]]
@@ -91,4 +127,4 @@ def my_batches(
     for size in batch_sizes(len(mine), batches):
         out.append(mine[:size])
         mine = mine[size:]
-    return out, counts
+    return out, counts[sampler.rank] / per_rank

@@ -35,11 +35,11 @@ import threading
 from typing import Any
 
 from horovod.torch.elastic.sampler import ElasticSampler
-from torch.utils.data import BatchSampler, DistributedSampler
+from torch.utils.data import DistributedSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ..common.binding import Binding
-from .pace import OwnPaceBatches, pass_ended
+from .pace import OwnPaceBatches, pass_ended, spans_every_rank
 
 
 def _allgather() -> Any:
@@ -98,9 +98,6 @@ def _ends_a_training_epoch(loader_iter: _BaseDataLoaderIter, binding: Binding) -
         return False  # a loader read by another thread: a prefetcher, an evaluation
     if getattr(loader_iter, STEPS_AT_START, None) == binding.steps_taken:
         return False  # no step during the pass: an evaluation, or before training
-    sampler = getattr(loader_iter, "_index_sampler", None)
-    if type(sampler) is BatchSampler or isinstance(sampler, OwnPaceBatches):
-        sampler = sampler.sampler
-    if not isinstance(sampler, DistributedSampler | ElasticSampler):
-        return False
-    return sampler.num_replicas == binding.hvd.size()
+    index_sampler = getattr(loader_iter, "_index_sampler", None)
+    kinds = (DistributedSampler, ElasticSampler)
+    return spans_every_rank(index_sampler, binding.hvd.size(), kinds) is not None

@@ -32,10 +32,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampler
 
+from ..common import shares
 from ..common.binding import Binding
-from ..common.shares import my_batches
 
 SPEEDS = "_prague_speeds"
 """The sampler's attribute that holds each rank's measured speed (samples per busy second)."""
@@ -66,10 +66,9 @@ class OwnPaceBatches:
                 self.taken += len(batch)
                 yield batch
             return
-        batches = len(self.batch_sampler)
-        per_rank = min(self.sampler.num_samples, batches * self.batch_sampler.batch_size)
-        mine, counts = my_batches(self.sampler, speeds, batches, per_rank)
-        self.binding.job.stats.scale = counts[self.sampler.rank] / per_rank
+        size = self.batch_sampler.batch_size
+        mine, scale = shares.my_batches(self.sampler, speeds, len(self.batch_sampler), size)
+        self.binding.job.stats.scale = scale
         for batch in mine:
             self.taken += len(batch)
             yield batch
@@ -87,8 +86,7 @@ def pass_ended(batches: OwnPaceBatches, measured: tuple[float, float], allgather
     seconds (``measured``, taken when its pass ended) with ``allgather`` (a global
     collective), and keep the speeds for the next pass."""
     rows = allgather(torch.tensor([measured], dtype=torch.float64), name="prague.own_pace")
-    speeds = [float(t / b) for t, b in rows.tolist()]
-    setattr(batches.sampler, SPEEDS, speeds)
+    setattr(batches.sampler, SPEEDS, shares.speeds(rows.tolist()))
     batches.binding.job.stats.scale = 1.0
 
 
@@ -119,7 +117,20 @@ def _paced(loader: DataLoader, index_sampler: Any, binding: Binding) -> bool:
     rt = binding.job.runtime
     if rt is None or rt.finished or rt.config.own_pace != "on":
         return False
-    if not loader._auto_collation or type(index_sampler) is not BatchSampler:
+    if not loader._auto_collation:
         return False
-    sampler = index_sampler.sampler
-    return isinstance(sampler, DistributedSampler) and sampler.num_replicas == binding.hvd.size()
+    return spans_every_rank(index_sampler, binding.hvd.size(), DistributedSampler) is not None
+
+
+def spans_every_rank(
+    index_sampler: Any, size: int, kinds: type | tuple[type, ...]
+) -> Sampler | None:
+    """The sampler that ``index_sampler`` batches, where the batching is PyTorch's own
+    ``BatchSampler`` (or own pace's, which keeps its batch count) and the sampler is one of
+    ``kinds`` split over all ``size`` ranks: then every rank's pass has as many batches. A
+    custom batch sampler may give ranks different numbers of batches: None."""
+    if type(index_sampler) is BatchSampler or isinstance(index_sampler, OwnPaceBatches):
+        sampler = index_sampler.sampler
+        if isinstance(sampler, kinds) and sampler.num_replicas == size:
+            return sampler
+    return None

@@ -125,3 +125,28 @@ def test_only_a_loader_over_a_sampler_of_every_rank_is_paced():
     assert not pace._paced(plain, plain.batch_sampler, binding)
     custom = BatchSampler(loader.sampler, 8, False)
     assert pace._paced(loader, custom, binding)
+
+
+class _ReversedSampler(DistributedSampler):
+    """A subclass with an order of its own: each rank's part reversed."""
+
+    def __iter__(self):
+        return reversed(list(super().__iter__()))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [96, 1003])
+def test_the_dealt_order_is_every_ranks_part_in_turn(shuffle, drop_last, n):
+    data = TensorDataset(torch.arange(n))
+    for kind in (DistributedSampler, _ReversedSampler):
+        ranks = [
+            kind(data, num_replicas=5, rank=r, shuffle=shuffle, seed=7, drop_last=drop_last)
+            for r in range(5)
+        ]
+        for r in ranks:
+            r.set_epoch(3)
+        parts = [list(r) for r in ranks]
+        expected = [i for turn in zip(*parts, strict=True) for i in turn]
+        assert shares.dealt_order(ranks[2]) == expected, kind
+        assert list(ranks[2]) == parts[2]  # the sampler itself is left as it was
