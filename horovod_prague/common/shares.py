@@ -23,39 +23,61 @@ MIN_SHARE = 0.25
 was measured: a model that sees too few samples drifts from the others (and BatchNorm needs
 more than one sample per batch)."""
 
+MAX_SHARE = 2.0
+"""The most a rank takes, as a part of its equal share, however fast it was measured: its
+batches grow with its share, and a script sized its memory (a GPU's) for the batch it
+asked for."""
+
 
 def shares(speeds: Sequence[float], total: int, batches: int) -> list[int]:
-    """``total`` samples split over the ranks in proportion to ``speeds``, each at least
-    ``MIN_SHARE`` of the equal share and two samples per batch, summing to ``total``.
+    """``total`` samples split over the ranks in proportion to ``speeds``, each between
+    ``MIN_SHARE`` (and two samples per batch) and ``MAX_SHARE`` of the equal share, summing
+    to ``total``; every rank computes the same from the same speeds.
 
     >>> shares([1.0, 1.0, 0.25, 0.25], total=1000, batches=10)
     [400, 400, 100, 100]
     >>> shares([1.0, 0.01], total=100, batches=5)
     [87, 13]
+    >>> shares([10.0, 1.0, 1.0, 1.0], total=400, batches=4)
+    [200, 67, 67, 66]
     """
     n = len(speeds)
     if not all(v > 0 and math.isfinite(v) for v in speeds):
         raise ValueError(f"own pace: speeds must be positive and finite, got {list(speeds)}")
-    floor = min(total // n, max(math.ceil(MIN_SHARE * total / n), 2 * batches))
-    # Raise the slowest to the floor, then share the rest in proportion among the others.
-    fixed = [False] * n
-    while True:
-        free = total - floor * sum(fixed)
-        free_speed = sum(v for v, f in zip(speeds, fixed, strict=True) if not f)
-        if free_speed == 0:  # every rank at the floor: the floor is the equal share
-            ideal = [total / n] * n
-            break
-        rate = free / free_speed
-        ideal = [floor if f else v * rate for v, f in zip(speeds, fixed, strict=True)]
-        low = [i for i in range(n) if not fixed[i] and ideal[i] < floor - 1e-9]
-        if not low:
-            break
-        for i in low:
-            fixed[i] = True
+    low = min(total // n, max(math.ceil(MIN_SHARE * total / n), 2 * batches))
+    high = max(-(-total // n), math.floor(MAX_SHARE * total / n))
+    # Relative speeds, none below 1e-9 of the fastest (such a rank sits at ``low`` anyway), so
+    # that the rates below stay finite.
+    top = max(speeds)
+    relative = [max(v / top, 1e-9) for v in speeds]
+
+    def placed(rate: float) -> list[float]:
+        return [min(max(v * rate, low), high) for v in relative]
+
+    # The rate at which the clamped shares sum to the total: their sum grows with the rate,
+    # from n * low (at 0) to n * high (at the first ``fast``), and low <= total / n <= high.
+    # Halve until the two ends are neighbouring floats.
+    slow, fast = 0.0, high / min(relative)
+    while slow < (mid := (slow + fast) / 2) < fast:
+        if math.fsum(placed(mid)) < total:
+            slow = mid
+        else:
+            fast = mid
+    ideal = placed(fast)
     counts = [math.floor(x) for x in ideal]
+    # Round to the total: one more for the largest remainders (or one less for the smallest).
     by_remainder = sorted(range(n), key=lambda i: (counts[i] - ideal[i], i))
-    for i in by_remainder[: total - sum(counts)]:
-        counts[i] += 1
+    missing = total - sum(counts)
+    while missing > 0:
+        for i in by_remainder:
+            if missing > 0 and counts[i] < high:
+                counts[i] += 1
+                missing -= 1
+    while missing < 0:
+        for i in reversed(by_remainder):
+            if missing < 0 and counts[i] > low:
+                counts[i] -= 1
+                missing += 1
     return counts
 
 

@@ -61,7 +61,9 @@ class OwnPaceBatches:
         self.taken = 0
         self.began = (time.perf_counter(), self.binding.job.stats.seconds)
         speeds = getattr(self.sampler, SPEEDS, None)
-        if speeds is None:  # the equal split; ``scale`` is the training pass's, left alone
+        if speeds is None or len(speeds) != self.sampler.num_replicas:
+            # The equal split (no pass measured, or measured in a world of another size);
+            # ``scale`` is the training pass's, left alone.
             for batch in self.batch_sampler:
                 self.taken += len(batch)
                 yield batch
@@ -117,7 +119,7 @@ def _paced(loader: DataLoader, index_sampler: Any, binding: Binding) -> bool:
     rt = binding.job.runtime
     if rt is None or rt.finished or rt.config.own_pace != "on":
         return False
-    if not loader._auto_collation:
+    if not loader._auto_collation or type(index_sampler) is not BatchSampler:
         return False
     return spans_every_rank(index_sampler, binding.hvd.size(), DistributedSampler) is not None
 
@@ -125,12 +127,13 @@ def _paced(loader: DataLoader, index_sampler: Any, binding: Binding) -> bool:
 def spans_every_rank(
     index_sampler: Any, size: int, kinds: type | tuple[type, ...]
 ) -> Sampler | None:
-    """The sampler that ``index_sampler`` batches, where the batching is PyTorch's own
-    ``BatchSampler`` (or own pace's, which keeps its batch count) and the sampler is one of
-    ``kinds`` split over all ``size`` ranks: then every rank's pass has as many batches. A
-    custom batch sampler may give ranks different numbers of batches: None."""
+    """The sampler of a loader's pass, where it is one of ``kinds`` split over all ``size``
+    ranks and batched by PyTorch's own ``BatchSampler`` (or own pace's, which keeps its batch
+    count), or not batched at all (``batch_size=None``): then every rank's pass has as many
+    batches. A custom batch sampler may give ranks different numbers of batches: None."""
+    sampler = index_sampler
     if type(index_sampler) is BatchSampler or isinstance(index_sampler, OwnPaceBatches):
         sampler = index_sampler.sampler
-        if isinstance(sampler, kinds) and sampler.num_replicas == size:
-            return sampler
+    if isinstance(sampler, kinds) and sampler.num_replicas == size:
+        return sampler
     return None

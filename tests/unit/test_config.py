@@ -35,6 +35,8 @@ def test_environment_values_are_typed():
         ({"group_size": 2.5}, {}, "group_size: expected an integer"),
         ({"coordinator_port": 70000}, {}, "coordinator_port"),
         ({}, {"HOROVOD_PRAGUE_WEIGHTING": "steps"}, "weighting: expected equal or progress"),
+        ({"own_pace": "yes"}, {}, "own_pace: expected on or off, got 'yes'"),
+        ({}, {"HOROVOD_PRAGUE_OWN_PACE": "1"}, "own_pace: expected on or off, got '1'"),
     ],
 )
 def test_bad_values_name_the_option(kwargs, env, message):

@@ -3,6 +3,7 @@ batches on every rank, every sample of the epoch once."""
 
 from __future__ import annotations
 
+import itertools
 import types
 from collections import Counter
 
@@ -23,6 +24,35 @@ def test_shares_follow_the_speeds_and_sum_to_the_total():
 def test_a_very_slow_rank_keeps_a_quarter_of_its_equal_share():
     counts = shares.shares([1.0, 1.0, 1.0, 1e-6], total=400, batches=4)
     assert counts == [125, 125, 125, 25]
+
+
+def test_a_very_fast_rank_takes_at_most_twice_its_equal_share():
+    counts = shares.shares([1e6, 1.0, 1.0, 1.0, 1.0], total=1000, batches=4)
+    assert counts == [400, 150, 150, 150, 150]
+
+
+def test_shares_stay_in_bounds_and_follow_the_order_of_the_speeds():
+    rng = __import__("random").Random(11)
+    for _ in range(2000):
+        n = rng.randint(2, 17)
+        speeds = [rng.choice([rng.uniform(0.01, 1.0), rng.uniform(1.0, 100.0)]) for _ in range(n)]
+        batches = rng.randint(1, 30)
+        total = rng.randint(n * batches * 2, n * batches * 64)
+        counts = shares.shares(speeds, total=total, batches=batches)
+        equal = total / n
+        assert sum(counts) == total, (speeds, total, batches)
+        assert max(counts) <= max(-(-total // n), shares.MAX_SHARE * equal)
+        assert min(counts) >= min(total // n, shares.MIN_SHARE * equal)
+        ranked = sorted(range(n), key=lambda i: speeds[i])
+        assert all(counts[a] <= counts[b] + 1 for a, b in itertools.pairwise(ranked))
+
+
+@pytest.mark.parametrize(
+    "speeds", [[1.0, 1e-60], [1.0, 1.0, 1.0, 1e-70], [1e308, 5e-324], [1e-300, 1e-300, 2e-300]]
+)
+def test_shares_of_speeds_far_apart_still_sum_to_the_total(speeds):
+    counts = shares.shares(speeds, total=4000, batches=10)
+    assert sum(counts) == 4000 and max(counts) <= 2 * 4000 / len(speeds)
 
 
 @pytest.mark.parametrize("batch", [1, 2, 3])
@@ -136,7 +166,7 @@ class _ReversedSampler(DistributedSampler):
 
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("drop_last", [False, True])
-@pytest.mark.parametrize("n", [96, 1003])
+@pytest.mark.parametrize("n", [3, 96, 1003])
 def test_the_dealt_order_is_every_ranks_part_in_turn(shuffle, drop_last, n):
     data = TensorDataset(torch.arange(n))
     for kind in (DistributedSampler, _ReversedSampler):
@@ -149,4 +179,31 @@ def test_the_dealt_order_is_every_ranks_part_in_turn(shuffle, drop_last, n):
         parts = [list(r) for r in ranks]
         expected = [i for turn in zip(*parts, strict=True) for i in turn]
         assert shares.dealt_order(ranks[2]) == expected, kind
+        assert shares._deals_one_permutation(ranks[2]) == (kind is DistributedSampler)
         assert list(ranks[2]) == parts[2]  # the sampler itself is left as it was
+
+
+def test_speeds_of_a_world_of_another_size_are_not_used():
+    (loader, *_) = _loaders(size=4, n=100, batch=8)
+    bs = pace.OwnPaceBatches(loader.batch_sampler, _binding())
+    setattr(bs.sampler, pace.SPEEDS, [4.0, 1.0])  # gathered before a reset to 4 ranks
+    assert list(bs) == list(loader.batch_sampler)
+
+
+def test_a_fast_ranks_batch_is_at_most_twice_the_scripts():
+    (loader, *_) = _loaders(size=8, n=800, batch=10)
+    bs = pace.OwnPaceBatches(loader.batch_sampler, _binding(size=8))
+    setattr(bs.sampler, pace.SPEEDS, [100.0] + [1.0] * 7)
+    batches = list(bs)
+    assert len(batches) == 10 and max(map(len, batches)) == 20
+    assert bs.binding.job.stats.scale == 2.0
+
+
+def test_a_loader_without_batching_spans_every_rank():
+    (loader, *_) = _loaders(size=4, n=64, batch=8)
+    kinds = (DistributedSampler,)
+    assert pace.spans_every_rank(loader.sampler, 4, kinds) is loader.sampler  # batch_size=None
+    assert pace.spans_every_rank(loader.batch_sampler, 4, kinds) is loader.sampler
+    assert pace.spans_every_rank(loader.batch_sampler, 8, kinds) is None
+    custom = types.SimpleNamespace(sampler=loader.sampler)  # a batch sampler of its own
+    assert pace.spans_every_rank(custom, 4, kinds) is None
