@@ -7,7 +7,7 @@ rotates from block to block, so machine noise hits all alike. Ratios are taken w
 block, then averaged over seeds.
 
     prague-bench --quick            # about 4 minutes: n = 8, random slowdowns, 3 systems
-    prague-bench                    # the full matrix (docs/benchmarks.md gives its duration)
+    prague-bench                    # the full matrix: every system, scenario and seed
     python -m horovod_prague.bench --ranks 8 --scenarios persistent --systems allreduce,prague
     prague-bench --hosts 2x4 --link 1gbit --scenarios random   # across emulated hosts (root)
     prague-bench --fault 5@100 --systems allreduce,allreduce-poll,prague   # elastic, a rank lost
@@ -143,7 +143,9 @@ def job_command(
     evaluations = WORKLOADS[plan.workload].evaluations
     command += ["--eval-every", str(max(1, plan.steps // evaluations))]
     command += ["--framework", plan.framework]
-    if plan.split == "fixed":  # batches as a plain script takes them
+    if plan.fault:  # the fault's undisturbed reference: the same steps as the elastic jobs
+        pass
+    elif plan.split == "fixed":  # batches as a plain script takes them
         command.append("--loader")
         if job["system"] == "allreduce-balanced":
             command.append("--balanced")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,7 @@ class Plan:
     commit_every: int = 25
     readmit_after: int | None = None
     workload: str = "mnist1d"
-    split: str = "bound"
+    split: str = "fixed"
     slow_host: float | None = None
     compute_by: str = "sleep"
     cpu_units_per_ms: float | None = None
@@ -185,12 +186,12 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
     ap.add_argument(
         "--split",
         choices=SPLITS,
-        default="bound",
-        help="how a Prague job's steps are shared: bound, each rank is given in advance the "
-        "steps it can take by the time all stop together, from the delays to come (no script "
-        "has this: an upper bound); fixed, every rank takes --steps batches from a DataLoader "
-        "over a DistributedSampler, as a plain script (PyTorch, --sampling epoch or shard), "
-        "which own_pace re-deals",
+        default="fixed",
+        help="how a job's steps are shared among its ranks: fixed (the default), every rank "
+        "takes --steps batches from a DataLoader over a DistributedSampler, as a plain script "
+        "does (PyTorch, --sampling epoch or shard), which own_pace re-deals; bound, each "
+        "Prague rank is given in advance the steps it can take by the time all stop together, "
+        "from the delays to come: no script has this, so it is an upper bound",
     )
     ap.add_argument(
         "--compute-by",
@@ -280,12 +281,24 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, Path]:
         ap.error("--ranks: every job needs at least 2 ranks")
     if a.slow_host is not None and not a.hosts:
         ap.error("--slow-host needs --hosts: it slows the last emulated host")
-    if a.split == "fixed" and (a.framework != "torch" or a.sampling not in ("epoch", "shard")):
-        ap.error("--split fixed: PyTorch, with --sampling epoch or shard (a DistributedSampler)")
+    if a.slow_host is not None and not 0.01 <= a.slow_host <= (os.cpu_count() or 1):
+        ap.error(f"--slow-host {a.slow_host:g}: cores from 0.01 to this machine's {os.cpu_count()}")
+    script_sampling = a.framework == "torch" and a.sampling in ("epoch", "shard")
+    if a.split == "fixed" and not a.fault and not script_sampling:
+        ap.error(
+            "--split fixed (the default) takes batches as a PyTorch script does, from a "
+            "DistributedSampler (--sampling epoch or shard); with --framework tensorflow or "
+            "--sampling whole, ask for --split bound (an upper bound for a script)"
+        )
     if "allreduce-balanced" in systems and a.split != "fixed":
         ap.error("--systems: allreduce-balanced takes batches as a script does: --split fixed")
-    if a.fault and (a.split != "bound" or a.slow_host is not None):
-        ap.error("--fault runs with --split bound and no --slow-host")
+    if a.fault and "allreduce-balanced" in systems:
+        ap.error("--fault: allreduce-balanced sizes batches by pass; the elastic script does not")
+    if a.fault and (a.split != "fixed" or a.slow_host is not None):
+        ap.error(
+            "--fault: every rank takes the same steps, as a script does: no --split bound, "
+            "no --slow-host"
+        )
     if a.fault:
         try:
             killed, kill_step = faults.parse_kill(a.fault)

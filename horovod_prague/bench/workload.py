@@ -90,7 +90,7 @@ class Schedule:
 
 
 def schedule(scenario: str, ranks: int, steps: int, seed: int) -> Schedule:
-    """The slowdowns of a job and the own-pace split of its samples.
+    """The slowdowns of a job and the shares of its steps given in advance (``--split bound``).
 
     >>> s = schedule("persistent", ranks=4, steps=10, seed=0)
     >>> s.own_pace_steps, round(s.bound, 2)  # 3 fast ranks, one 3x slower: 10/3 + 3 per unit

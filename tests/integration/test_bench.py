@@ -16,7 +16,7 @@ pytestmark = pytest.mark.multirank
 def test_a_tiny_bench_run_writes_its_table_json_and_plots(tmp_path, framework):
     out = tmp_path / "bench"
     command = [sys.executable, "-m", "horovod_prague.bench", "--ranks", "4"]
-    command += ["--framework", framework]
+    command += ["--framework", framework, "--split", "bound"]  # the bound: shares in advance
     # PyTorch also runs the baseline that waits without spinning (allreduce-poll).
     systems = "allreduce,allreduce-poll,prague" if framework == "torch" else "allreduce,prague"
     command += ["--scenarios", "persistent", "--systems", systems, "--seeds", "1"]

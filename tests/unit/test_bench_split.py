@@ -30,17 +30,29 @@ def test_a_fixed_split_takes_a_scripts_batches_and_the_bound_its_shares():
         *fixed, "--systems", "allreduce-poll,allreduce-balanced", system="allreduce-balanced"
     )
     assert {"--loader", "--balanced", "--poll-wait"} <= set(balanced)
-    bound = _command("--ranks", "4", system="prague")
+    assert "--loader" in _command("--ranks", "4", system="prague")  # fixed: the default
+    bound = _command("--ranks", "4", "--split", "bound", system="prague")
     assert "--own-pace" in bound and "--loader" not in bound
+    for system in ("undisturbed", "prague"):  # a fault run: every rank the same steps
+        command = _command("--fault", "5@100", system=system)
+        assert "--loader" not in command and "--own-pace" not in command, system
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--slow-host", "0.5"], "--slow-host needs --hosts"),
+        (["--hosts", "2x2", "--slow-host", "0"], "--slow-host 0: cores from 0.01"),
+        (["--hosts", "2x2", "--slow-host", "1e9"], "--slow-host 1e+09: cores from 0.01"),
         (["--split", "fixed", "--framework", "tensorflow", "--systems", "allreduce"], "PyTorch"),
-        (["--split", "fixed", "--sampling", "whole"], "--split fixed: PyTorch"),
-        (["--systems", "allreduce,allreduce-balanced"], "allreduce-balanced takes batches"),
+        (["--split", "fixed", "--sampling", "whole"], "--split fixed (the default) takes"),
+        (
+            ["--split", "bound", "--systems", "allreduce,allreduce-balanced"],
+            "allreduce-balanced takes batches",
+        ),
+        (["--framework", "tensorflow", "--systems", "allreduce"], "ask for --split bound"),
+        (["--fault", "5@100", "--split", "bound"], "--fault: every rank takes the same steps"),
+        (["--fault", "5@100", "--systems", "allreduce,allreduce-balanced"], "sizes batches"),
     ],
 )
 def test_a_split_or_slow_host_that_cannot_run_is_refused(args, message, capsys):
