@@ -97,7 +97,9 @@ class Binding(abc.ABC):
         self.hvd = hvd
         self.models = TrackedModels()
         """The optimizers' models and momentum followers, kept across elastic resets."""
-        self.script_waits = ScriptWaits(lambda: self.job.runtime, self.runtime)
+        self.script_waits = ScriptWaits(
+            lambda: self.job.runtime, self.runtime, lambda: self.job.stats
+        )
         """The waits for the script's own collectives, with the job's deadline."""
         self._crashed = False
         self._init_call: InitCall | None = None
@@ -580,8 +582,9 @@ class Binding(abc.ABC):
         @functools.wraps(collective)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             bound = signature.bind_partial(*args, **kwargs).arguments
-            self.before_collective(bound.get("process_set"))
-            return collective(*args, **kwargs)
+            with self.job.stats.away():
+                self.before_collective(bound.get("process_set"))
+                return collective(*args, **kwargs)
 
         return guarded
 

@@ -6,7 +6,7 @@ the others wait for ever. Here every wait has the job's ``timeout``: half way, t
 rank tells the Group Generator what it waits in (``awaiting``), so that at the deadline the
 error names the collective and the members that did not reach it, as they told it::
 
-    waits = ScriptWaits(lambda: binding.job.runtime, binding.runtime)
+    waits = ScriptWaits(lambda: binding.job.runtime, binding.runtime, lambda: binding.job.stats)
     name = waits.name("allgather", None, key)             # one name on every member
     handle = horovod_allgather(tensor, name=name)
     waits.started(handle, name, process_set)
@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from .overlap import BackgroundCall, GroupWaitTimeout, awaiting, wait_until
 from .runtime import PragueRuntime
 from .script_collectives import Started
+from .step_stats import StepStats
 from .stopped import late_script_collective, who_did_not_reach
 from .strategies import Group
 
@@ -64,9 +65,11 @@ class ScriptWaits:
         self,
         current: Callable[[], PragueRuntime | None],
         started: Callable[[], PragueRuntime],
+        stats: Callable[[], StepStats],
     ) -> None:
         self._runtime = current
         self._started = started
+        self._stats = stats
 
     def name(self, kind: str, name: str | None, process_set: Any) -> Any:
         """The name a script's collective of ``kind`` goes to Horovod with: its own, or for
@@ -95,12 +98,13 @@ class ScriptWaits:
         """
         rt = self._runtime()
         started = rt.script_collectives.finished(handle) if rt is not None else None
-        if rt is None or started is None:
-            wait_until(ready, math.inf, str)
-            return
-        self.with_deadline(
-            started, rt.config.timeout, lambda seconds, late: wait_until(ready, seconds, late)
-        )
+        with self._stats().away():
+            if rt is None or started is None:
+                wait_until(ready, math.inf, str)
+                return
+            self.with_deadline(
+                started, rt.config.timeout, lambda seconds, late: wait_until(ready, seconds, late)
+            )
 
     def run(self, call: Callable[[], T], name: str, process_set: Any) -> T:
         """``call()``, a script's blocking collective ``name`` on ``process_set`` (TensorFlow's
@@ -111,9 +115,10 @@ class ScriptWaits:
         if rt is None or not rt.started:
             return call()
         started = Started(name, ranks_of(rt, process_set))
-        running = BackgroundCall(call)
-        self.with_deadline(started, rt.config.timeout, running.result)
-        return running.result(0.0, str)
+        with self._stats().away():
+            running = BackgroundCall(call)
+            self.with_deadline(started, rt.config.timeout, running.result)
+            return running.result(0.0, str)
 
     def with_deadline(
         self, started: Started, timeout: float, wait: Callable[[float, Callable[[], str]], Any]

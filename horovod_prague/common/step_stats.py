@@ -8,6 +8,8 @@ weight in its averages under ``weighting=progress``::
     with stats.step():
         ...  # the step's group average; the step counts ``averaged``, ``alone``, ...
     stats.as_dict(waited_s=0.0)  # {"steps": 1, "averaged": 0, ..., "exchange_ms": 0}
+    with stats.away():
+        ...  # a script's collective: this rank waits on others, it does not compute
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ class StepStats:
     progress: float = 0.0
     """The steps taken so far, each counted at its ``scale``: the samples seen, in batches
     of the script's size."""
+    away_seconds: float = 0.0
+    """Seconds spent in Prague's steps, in the script's collectives and in the consensus
+    before them: with other ranks rather than computing. Own pace counts the rest of a
+    pass as busy."""
+    _away_depth: int = dataclasses.field(default=0, repr=False)
+    _away_since: float = dataclasses.field(default=0.0, repr=False)
 
     @property
     def steps(self) -> int:
@@ -53,9 +61,24 @@ class StepStats:
         self.progress += self.scale
         self.stepping_thread = threading.get_ident()
         try:
-            yield self.counts
+            with self.away():
+                yield self.counts
         finally:
             self.seconds += time.perf_counter() - began
+
+    @contextlib.contextmanager
+    def away(self) -> Iterator[None]:
+        """Time spent with other ranks (``away_seconds``); nested or overlapping uses count
+        their span once."""
+        self._away_depth += 1
+        if self._away_depth == 1:
+            self._away_since = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._away_depth -= 1
+            if self._away_depth == 0:
+                self.away_seconds += time.perf_counter() - self._away_since
 
     def as_dict(self, waited_s: float) -> dict[str, int]:
         """The counts by ``KEYS``, then the milliseconds spent in steps (``exchange_ms``)

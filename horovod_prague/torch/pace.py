@@ -12,7 +12,8 @@ follows the samples it has taken (``StepStats.progress``).
 
 The first pass of a loader runs the sampler's equal split, and measures. At the end of each
 training pass (``epochs``), the ranks allgather what they took and how long they were busy
-(the pass's wall time less the time spent in Prague's step exchange), and every rank derives
+(the pass's wall time less the time spent with other ranks: in Prague's steps, the script's
+collectives and the consensus before them), and every rank derives
 the same shares for the next pass::
 
     import horovod.torch as hvd         # horovodrun --prague --prague-own-pace on
@@ -52,14 +53,15 @@ class OwnPaceBatches:
         self.taken = 0
         """Samples this rank has been given in the current pass."""
         self.began: tuple[float, float] | None = None
-        """When the current pass began: wall clock, and the seconds spent in Prague steps."""
+        """When the current pass began: wall clock, and the seconds spent with other ranks
+        (``StepStats.away_seconds``)."""
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator[list[int]]:
         self.taken = 0
-        self.began = (time.perf_counter(), self.binding.job.stats.seconds)
+        self.began = (time.perf_counter(), self.binding.job.stats.away_seconds)
         speeds = getattr(self.sampler, SPEEDS, None)
         if speeds is None or len(speeds) != self.sampler.num_replicas:
             # The equal split (no pass measured, or measured in a world of another size);
@@ -76,11 +78,13 @@ class OwnPaceBatches:
             yield batch
 
     def measured(self) -> tuple[float, float]:
-        """This pass's samples and busy seconds (wall time less time in Prague's steps)."""
+        """This pass's samples and busy seconds: its wall time less the time spent with
+        other ranks, in Prague's steps and the script's collectives (a fast rank waits there
+        for slow ones, so that time says nothing of its own speed)."""
         assert self.began is not None, "a pass ended that never began"
         wall = time.perf_counter() - self.began[0]
-        in_steps = self.binding.job.stats.seconds - self.began[1]
-        return float(self.taken), max(wall - in_steps, 1e-6)
+        away = max(0.0, self.binding.job.stats.away_seconds - self.began[1])
+        return float(self.taken), max(wall - away, 1e-6)
 
 
 def pass_ended(batches: OwnPaceBatches, measured: tuple[float, float], allgather: Any) -> None:

@@ -278,14 +278,18 @@ def test_horovods_join_corrupts_the_joined_ranks_heap_on_a_new_name(tmp_path, fl
     assert re.search(r"free\(\)|malloc\(\)|munmap_chunk\(\)", job.output), job.output[-3000:]
 
 
-def test_own_pace_gives_a_slow_rank_fewer_samples_in_as_many_batches(tmp_path):
+@pytest.mark.parametrize("metric", ["", "--metric-each-batch"], ids=["plain", "metric"])
+def test_own_pace_gives_a_slow_rank_fewer_samples_in_as_many_batches(tmp_path, metric):
     """4 ranks of a plain script (``workers/own_pace.py``), the last one four times slower per
     sample, under ``--prague --prague-own-pace on``: from the second epoch on the slow rank
     trains on fewer samples than the others (by the last, under half), in as many batches;
     every epoch still sees each sample once; the per-batch ``OneCycleLR`` never runs past its
-    end; one model at the end."""
+    end; one model at the end. Also where the script all-reduces its loss at every batch,
+    where the fast ranks wait for the slow one: that wait is not their compute."""
     flags = ("--prague", "--prague-own-pace", "on")
-    job = run_ranks("own_pace.py", tmp_path, launcher_flags=flags, timeout=300).check()
+    args = (metric,) if metric else ()
+    job = run_ranks("own_pace.py", tmp_path, launcher_flags=flags, args=args, timeout=300)
+    job.check()
     reports = sorted(job.reports, key=lambda rep: rep["rank"])
     assert len(reports) == 4
     assert len({rep["final"] for rep in reports}) == 1

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
-from horovod_prague.common import shares
+from horovod_prague.common import shares, step_stats
 from horovod_prague.common.binding import Job
 from horovod_prague.torch import pace
 
@@ -207,3 +207,22 @@ def test_a_loader_without_batching_spans_every_rank():
     assert pace.spans_every_rank(loader.batch_sampler, 8, kinds) is None
     custom = types.SimpleNamespace(sampler=loader.sampler)  # a batch sampler of its own
     assert pace.spans_every_rank(custom, 4, kinds) is None
+
+
+def test_time_with_other_ranks_is_counted_once_and_left_out_of_busy_time(monkeypatch):
+    clock = iter([0.0, 9.0, 10.0, 23.0])  # the readings, in turn
+    monkeypatch.setattr(step_stats.time, "perf_counter", lambda: next(clock))
+    stats = step_stats.StepStats()
+    with stats.away():  # 0.0: a script's collective ...
+        with stats.away():  # ... whose wait is inside it: counted once
+            pass
+    assert stats.away_seconds == 9.0  # 9.0 - 0.0
+    (loader, *_) = _loaders(size=4, n=64, batch=8)
+    binding = _binding()
+    binding.job.stats = stats
+    bs = pace.OwnPaceBatches(loader.batch_sampler, binding)
+    batches = iter(bs)
+    next(batches)  # the pass begins at 10.0, with 9 s away before it
+    stats.away_seconds += 6.0  # then 6 s with the others, in collectives or Prague's steps
+    list(batches)
+    assert bs.measured() == (16.0, 7.0)  # 13 s of wall time at 23.0, 6 of them away
