@@ -47,6 +47,7 @@ class StepStats:
     pass as busy."""
     _away_depth: int = dataclasses.field(default=0, repr=False)
     _away_since: float = dataclasses.field(default=0.0, repr=False)
+    _away_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     @property
     def steps(self) -> int:
@@ -68,17 +69,19 @@ class StepStats:
 
     @contextlib.contextmanager
     def away(self) -> Iterator[None]:
-        """Time spent with other ranks (``away_seconds``); nested or overlapping uses count
-        their span once."""
-        self._away_depth += 1
-        if self._away_depth == 1:
-            self._away_since = time.perf_counter()
+        """Time spent with other ranks (``away_seconds``); nested uses, and uses on several
+        threads at once, count their span once."""
+        with self._away_lock:
+            self._away_depth += 1
+            if self._away_depth == 1:
+                self._away_since = time.perf_counter()
         try:
             yield
         finally:
-            self._away_depth -= 1
-            if self._away_depth == 0:
-                self.away_seconds += time.perf_counter() - self._away_since
+            with self._away_lock:
+                self._away_depth -= 1
+                if self._away_depth == 0:
+                    self.away_seconds += time.perf_counter() - self._away_since
 
     def as_dict(self, waited_s: float) -> dict[str, int]:
         """The counts by ``KEYS``, then the milliseconds spent in steps (``exchange_ms``)

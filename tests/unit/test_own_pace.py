@@ -4,6 +4,7 @@ batches on every rank, every sample of the epoch once."""
 from __future__ import annotations
 
 import itertools
+import threading
 import types
 from collections import Counter
 
@@ -226,3 +227,22 @@ def test_time_with_other_ranks_is_counted_once_and_left_out_of_busy_time(monkeyp
     stats.away_seconds += 6.0  # then 6 s with the others, in collectives or Prague's steps
     list(batches)
     assert bs.measured() == (16.0, 7.0)  # 13 s of wall time at 23.0, 6 of them away
+
+
+def test_time_away_on_several_threads_at_once_closes_its_span():
+    stats = step_stats.StepStats()
+    inside, leave = threading.Barrier(5), threading.Event()
+
+    def collective() -> None:
+        with stats.away():
+            inside.wait(timeout=10)
+            leave.wait(timeout=10)
+
+    threads = [threading.Thread(target=collective) for _ in range(4)]
+    for t in threads:
+        t.start()
+    inside.wait(timeout=10)  # all four are away at once
+    leave.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert stats._away_depth == 0 and stats.away_seconds > 0
