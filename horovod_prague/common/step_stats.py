@@ -41,13 +41,14 @@ class StepStats:
     progress: float = 0.0
     """The steps taken so far, each counted at its ``scale``: the samples seen, in batches
     of the script's size."""
-    away_seconds: float = 0.0
-    """Seconds spent in Prague's steps, in the script's collectives and in the consensus
-    before them: with other ranks rather than computing. Own pace counts the rest of a
-    pass as busy."""
-    _away_depth: int = dataclasses.field(default=0, repr=False)
-    _away_since: float = dataclasses.field(default=0.0, repr=False)
-    _away_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+    _away: dict[int, list[float]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """Per thread: how deep it is in ``away`` spans, when its outer one began, and the
+    seconds of its spans closed so far."""
+    _away_lock: threading.Lock = dataclasses.field(
+        default_factory=threading.Lock, repr=False, compare=False
+    )
 
     @property
     def steps(self) -> int:
@@ -69,19 +70,29 @@ class StepStats:
 
     @contextlib.contextmanager
     def away(self) -> Iterator[None]:
-        """Time spent with other ranks (``away_seconds``); nested uses, and uses on several
-        threads at once, count their span once."""
+        """Time this thread spends with other ranks: in Prague's steps, a script's collectives
+        and the consensus before them. Nested spans count once; each thread has its own."""
         with self._away_lock:
-            self._away_depth += 1
-            if self._away_depth == 1:
-                self._away_since = time.perf_counter()
+            entry = self._away.setdefault(threading.get_ident(), [0, 0.0, 0.0])
+            entry[0] += 1
+            if entry[0] == 1:
+                entry[1] = time.perf_counter()
         try:
             yield
         finally:
             with self._away_lock:
-                self._away_depth -= 1
-                if self._away_depth == 0:
-                    self.away_seconds += time.perf_counter() - self._away_since
+                entry[0] -= 1
+                if entry[0] == 0:
+                    entry[2] += time.perf_counter() - entry[1]
+
+    def away_seconds(self) -> float:
+        """The seconds this thread has spent with other ranks (``away``), a span still open
+        included. Own pace counts the rest of a pass as busy."""
+        with self._away_lock:
+            entry = self._away.get(threading.get_ident())
+            if entry is None:
+                return 0.0
+            return entry[2] + (time.perf_counter() - entry[1] if entry[0] else 0.0)
 
     def as_dict(self, waited_s: float) -> dict[str, int]:
         """The counts by ``KEYS``, then the milliseconds spent in steps (``exchange_ms``)

@@ -53,15 +53,15 @@ class OwnPaceBatches:
         self.taken = 0
         """Samples this rank has been given in the current pass."""
         self.began: tuple[float, float] | None = None
-        """When the current pass began: wall clock, and the seconds spent with other ranks
-        (``StepStats.away_seconds``)."""
+        """When the current pass began: wall clock, and the seconds this thread had spent
+        with other ranks (``StepStats.away_seconds``)."""
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator[list[int]]:
         self.taken = 0
-        self.began = (time.perf_counter(), self.binding.job.stats.away_seconds)
+        self.began = (time.perf_counter(), self.binding.job.stats.away_seconds())
         speeds = getattr(self.sampler, SPEEDS, None)
         if speeds is None or len(speeds) != self.sampler.num_replicas:
             # The equal split (no pass measured, or measured in a world of another size);
@@ -78,12 +78,13 @@ class OwnPaceBatches:
             yield batch
 
     def measured(self) -> tuple[float, float]:
-        """This pass's samples and busy seconds: its wall time less the time spent with
-        other ranks, in Prague's steps and the script's collectives (a fast rank waits there
-        for slow ones, so that time says nothing of its own speed)."""
+        """This pass's samples and busy seconds: its wall time less the time this thread
+        (the one that iterates the loader) spent with other ranks, in Prague's steps and the
+        script's collectives (a fast rank waits there for slow ones, so that time says
+        nothing of its own speed)."""
         assert self.began is not None, "a pass ended that never began"
         wall = time.perf_counter() - self.began[0]
-        away = max(0.0, self.binding.job.stats.away_seconds - self.began[1])
+        away = max(0.0, self.binding.job.stats.away_seconds() - self.began[1])
         return float(self.taken), max(wall - away, 1e-6)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import types
 from collections import Counter
 
@@ -210,39 +211,56 @@ def test_a_loader_without_batching_spans_every_rank():
     assert pace.spans_every_rank(custom, 4, kinds) is None
 
 
+def _clock(monkeypatch: pytest.MonkeyPatch, readings: list[float]) -> None:
+    """``perf_counter`` of step_stats and pace (theirs alone) gives ``readings`` in turn."""
+    left = iter(readings)
+
+    def tick() -> float:
+        value = next(left, None)
+        assert value is not None, "the test's clock ran out of readings"
+        return value
+
+    fake = types.SimpleNamespace(perf_counter=tick)
+    monkeypatch.setattr(step_stats, "time", fake)
+    monkeypatch.setattr(pace, "time", fake)
+
+
 def test_time_with_other_ranks_is_counted_once_and_left_out_of_busy_time(monkeypatch):
-    clock = iter([0.0, 9.0, 10.0, 23.0])  # the readings, in turn
-    monkeypatch.setattr(step_stats.time, "perf_counter", lambda: next(clock))
+    _clock(monkeypatch, [0.0, 9.0, 10.0, 11.0, 17.0, 23.0])  # every reading, in turn
     stats = step_stats.StepStats()
-    with stats.away():  # 0.0: a script's collective ...
+    with stats.away():  # at 0.0, a script's collective ...
         with stats.away():  # ... whose wait is inside it: counted once
             pass
-    assert stats.away_seconds == 9.0  # 9.0 - 0.0
     (loader, *_) = _loaders(size=4, n=64, batch=8)
     binding = _binding()
     binding.job.stats = stats
     bs = pace.OwnPaceBatches(loader.batch_sampler, binding)
     batches = iter(bs)
     next(batches)  # the pass begins at 10.0, with 9 s away before it
-    stats.away_seconds += 6.0  # then 6 s with the others, in collectives or Prague's steps
+    with stats.away():  # from 11.0 to 17.0 with the others
+        pass
     list(batches)
-    assert bs.measured() == (16.0, 7.0)  # 13 s of wall time at 23.0, 6 of them away
+    assert bs.measured() == (16.0, 7.0)  # at 23.0: 13 s of wall time, 6 of them away
 
 
-def test_time_away_on_several_threads_at_once_closes_its_span():
+def test_time_away_is_this_threads_alone_and_an_open_span_counts():
     stats = step_stats.StepStats()
-    inside, leave = threading.Barrier(5), threading.Event()
+    inside, leave = threading.Event(), threading.Event()
 
-    def collective() -> None:
-        with stats.away():
-            inside.wait(timeout=10)
+    def metric_thread() -> None:
+        with stats.away():  # a collective on another thread, open across the check
+            inside.set()
             leave.wait(timeout=10)
 
-    threads = [threading.Thread(target=collective) for _ in range(4)]
-    for t in threads:
-        t.start()
-    inside.wait(timeout=10)  # all four are away at once
+    thread = threading.Thread(target=metric_thread)
+    thread.start()
+    assert inside.wait(timeout=10)
+    assert stats.away_seconds() == 0.0  # the training thread's compute is not away
+    began = time.perf_counter()
+    with stats.away():
+        open_span = stats.away_seconds()
+        assert 0.0 <= open_span <= time.perf_counter() - began
+    assert stats.away_seconds() >= open_span
     leave.set()
-    for t in threads:
-        t.join(timeout=10)
-    assert stats._away_depth == 0 and stats.away_seconds > 0
+    thread.join(timeout=10)
+    assert not thread.is_alive()
