@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 import shlex
+import statistics
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,36 @@ def _anchors(path: Path) -> set[str]:
     """GitHub's anchors of a Markdown file's headings."""
     heads = re.findall(r"^#+ (.*)$", re.sub(r"```.*?```", "", path.read_text(), flags=re.S), re.M)
     return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+
+
+def _own_pace_against_balanced(*data: str) -> list[tuple[float, float, float]]:
+    """Per seed: own pace's speed-up over ``allreduce-balanced``, and its accuracy (points)
+    and test loss (nats) minus the balanced one's."""
+    runs = [r for d in data for r in json.loads((ROOT / d).read_text())["runs"]]
+    by_seed: dict[int, dict[str, dict]] = {}
+    for run in runs:
+        by_seed.setdefault(run["seed"], {})[run["system"]] = run
+    out = []
+    for systems in by_seed.values():
+        b, p = systems["allreduce-balanced"], systems["prague/own_pace=on"]
+        out.append(
+            (
+                b["wall"] / p["wall"],
+                100 * (p["final_accuracy"] - b["final_accuracy"]),
+                p["final_loss"] - b["final_loss"],
+            )
+        )
+    return out
+
+
+def test_the_slow_host_figures_over_all_seeds_are_the_files():
+    text = " ".join(PAGE.read_text().split())
+    first = _own_pace_against_balanced("docs/results/slow-host-2x2.json")
+    more = _own_pace_against_balanced("docs/results/slow-host-2x2-more-seeds.json")
+    assert len(first) == 3 and len(more) == 6
+    said = "{:.2f}x `allreduce-balanced`{}, {:+.1f} points and {:+.3f} nats"
+    for rows, how in ((first, " (per seed, then averaged)"), (more, ""), (first + more, "")):
+        speed, points, nats = (statistics.mean(column) for column in zip(*rows, strict=True))
+        assert said.format(speed, how, points, nats) in text
+    points, nats = (statistics.stdev(c) for c in list(zip(*first + more, strict=True))[1:])
+    assert f"standard deviation of {points:.1f} points ({nats:.3f} nats)" in text
