@@ -42,11 +42,11 @@ from ..common.binding import Binding
 from .pace import OwnPaceBatches, pass_ended, spans_every_rank
 
 
-def _allgather() -> Any:
-    """Horovod's allgather as a script calls it under Prague: guarded, named, with a deadline."""
-    from horovod_prague.torch import allgather
+def _allreduce() -> Any:
+    """Horovod's allreduce as a script calls it under Prague: guarded, named, with a deadline."""
+    from horovod_prague.torch import allreduce
 
-    return allgather
+    return allreduce
 
 
 STEPS_AT_START = "_prague_steps_at_start"
@@ -82,7 +82,7 @@ def end_epochs_with_consensus(binding: Binding) -> None:
                 if binding.config().epoch_consensus == "on":
                     binding.before_collective(None)
                 if paced and measured:
-                    pass_ended(paced, measured, _allgather())
+                    pass_ended(paced, measured, _allreduce())
             raise
 
     __next__._prague = True  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ expects them; every sample is seen once per epoch; and each model's weight in it
 follows the samples it has taken (``StepStats.progress``).
 
 The first pass of a loader runs the sampler's equal split, and measures. At the end of each
-training pass (``epochs``), the ranks allgather what they took and how long they were busy
+training pass (``epochs``), the ranks sum what each took and how long it was busy
 (the pass's wall time less the time spent with other ranks: in Prague's steps, the script's
 collectives and the consensus before them), and every rank derives
 the same shares for the next pass::
@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from horovod.torch import Sum
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampler
 
 from ..common import shares
@@ -88,12 +89,20 @@ class OwnPaceBatches:
         return float(self.taken), max(wall - away, 1e-6)
 
 
-def pass_ended(batches: OwnPaceBatches, measured: tuple[float, float], allgather: Any) -> None:
-    """At the end of a training pass on every rank: gather each rank's samples and busy
-    seconds (``measured``, taken when its pass ended) with ``allgather`` (a global
-    collective), and keep the speeds for the next pass."""
-    rows = allgather(torch.tensor([measured], dtype=torch.float64), name="prague.own_pace")
-    setattr(batches.sampler, SPEEDS, shares.speeds(rows.tolist()))
+def pass_ended(batches: OwnPaceBatches, measured: tuple[float, float], allreduce: Any) -> None:
+    """At the end of a training pass on every rank: sum each rank's samples and busy seconds
+    (``measured``, taken when its pass ended, in its own row) with ``allreduce`` (a global
+    collective), and keep the speeds for the next pass.
+
+    A rank that left the pass early for Horovod's ``join`` takes part with zeros (Horovod's
+    allgather refuses a joined rank; its allreduce does not), and a row of zeros keeps the
+    speeds as they were, on every rank alike, the joined one included."""
+    rank, size = batches.sampler.rank, batches.sampler.num_replicas
+    rows = torch.zeros(size, 2, dtype=torch.float64)
+    rows[rank] = torch.tensor(measured, dtype=torch.float64)
+    rows = allreduce(rows, op=Sum, name="prague.own_pace")
+    if bool((rows[:, 0] > 0).all()):
+        setattr(batches.sampler, SPEEDS, shares.speeds(rows.tolist()))
     batches.binding.job.stats.scale = 1.0
 
 

@@ -278,23 +278,31 @@ def test_horovods_join_corrupts_the_joined_ranks_heap_on_a_new_name(tmp_path, fl
     assert re.search(r"free\(\)|malloc\(\)|munmap_chunk\(\)", job.output), job.output[-3000:]
 
 
-@pytest.mark.parametrize("metric", ["", "--metric-each-batch"], ids=["plain", "metric"])
-def test_own_pace_gives_a_slow_rank_fewer_samples_in_as_many_batches(tmp_path, metric):
+@pytest.mark.parametrize(
+    "variant", ["", "--metric-each-batch", "--leave-early"], ids=["plain", "metric", "join"]
+)
+def test_own_pace_gives_a_slow_rank_fewer_samples_in_as_many_batches(tmp_path, variant):
     """4 ranks of a plain script (``workers/own_pace.py``), the last one four times slower per
     sample, under ``--prague --prague-own-pace on``: from the second epoch on the slow rank
     trains on fewer samples than the others (by the last, under half), in as many batches;
     every epoch still sees each sample once; the per-batch ``OneCycleLR`` never runs past its
     end; one model at the end. Also where the script all-reduces its loss at every batch,
-    where the fast ranks wait for the slow one: that wait is not their compute."""
+    where the fast ranks wait for the slow one: that wait is not their compute. And where the
+    slow rank leaves the second epoch early for ``hvd.join()``: that pass measures nothing,
+    and the next one keeps the shares measured before it."""
     flags = ("--prague", "--prague-own-pace", "on")
-    args = (metric,) if metric else ()
+    args = (variant,) if variant else ()
     job = run_ranks("own_pace.py", tmp_path, launcher_flags=flags, args=args, timeout=300)
     job.check()
     reports = sorted(job.reports, key=lambda rep: rep["rank"])
     assert len(reports) == 4
     assert len({rep["final"] for rep in reports}) == 1
     assert len({tuple(rep["accuracies"]) for rep in reports}) == 1
+    left = variant == "--leave-early"
     for epoch in range(5):
+        if left and epoch == 1:
+            assert [rep["batches"][1] for rep in reports] == [reports[0]["len_loader"]] * 3 + [3]
+            continue
         assert {rep["batches"][epoch] for rep in reports} == {reports[0]["len_loader"]}
         indices = [i for rep in reports for i in rep["seen"][epoch]]
         assert len(indices) == 1000 and set(indices) == set(range(1000)), epoch
@@ -305,3 +313,5 @@ def test_own_pace_gives_a_slow_rank_fewer_samples_in_as_many_batches(tmp_path, m
     for epoch in range(1, 5):
         assert taken[epoch][3] < 0.8 * min(taken[epoch][:3]), taken
     assert 2 * taken[4][3] < min(taken[4][:3]), taken
+    if left:  # the speeds of the first epoch, kept over the second
+        assert taken[2][:3] == taken[1][:3], taken

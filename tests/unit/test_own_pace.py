@@ -9,6 +9,7 @@ import time
 import types
 from collections import Counter
 
+import horovod.torch as hvd
 import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
@@ -132,19 +133,42 @@ def test_a_pass_before_the_speeds_are_known_is_the_samplers_own():
     assert list(bs) == list(loader.batch_sampler)
 
 
+def _pass_end(bs: pace.OwnPaceBatches, other: list[float]) -> list[str]:
+    """End ``bs``'s pass (rank 0 of 2) where rank 1 reports ``other``; the names summed."""
+    summed = []
+
+    def allreduce(tensor, op, name):
+        assert op is hvd.Sum and tensor[1].tolist() == [0.0, 0.0]
+        summed.append(name)
+        return tensor + torch.tensor([[0.0, 0.0], other], dtype=torch.float64)
+
+    pace.pass_ended(bs, bs.measured(), allreduce)
+    return summed
+
+
 def test_the_pass_end_keeps_every_ranks_speed():
     (loader, *_) = _loaders(size=2, n=64, batch=8)
     bs = pace.OwnPaceBatches(loader.batch_sampler, _binding(size=2))
     list(bs)
-    gathered = []
-
-    def allgather(tensor, name):
-        gathered.append(name)
-        return torch.cat([tensor, torch.tensor([[32.0, 4.0]], dtype=torch.float64)])
-
-    pace.pass_ended(bs, bs.measured(), allgather)
+    assert _pass_end(bs, [32.0, 4.0]) == ["prague.own_pace"]
     speeds = getattr(bs.sampler, pace.SPEEDS)
-    assert speeds[1] == 8.0 and speeds[0] > 0 and gathered == ["prague.own_pace"]
+    assert speeds[1] == 8.0 and speeds[0] > 0
+
+
+def test_a_pass_a_rank_left_early_keeps_the_speeds():
+    """A rank in Horovod's ``join`` sums zeros: the speeds stay those of the pass before (or
+    none), as on the joined rank, which took no part."""
+    (loader, *_) = _loaders(size=2, n=64, batch=8)
+    bs = pace.OwnPaceBatches(loader.batch_sampler, _binding(size=2))
+    list(bs)
+    _pass_end(bs, [0.0, 0.0])
+    assert getattr(bs.sampler, pace.SPEEDS, None) is None
+    list(bs)
+    _pass_end(bs, [32.0, 4.0])
+    before = getattr(bs.sampler, pace.SPEEDS)
+    list(bs)
+    _pass_end(bs, [0.0, 0.0])
+    assert getattr(bs.sampler, pace.SPEEDS) == before
 
 
 def test_only_a_loader_over_a_sampler_of_every_rank_is_paced():

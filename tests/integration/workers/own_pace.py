@@ -2,12 +2,14 @@
 ``DistributedSampler``, a ``OneCycleLR`` stepped per batch, the full preamble, a test whose
 accuracy is all-reduced after each epoch.
 
-    own_pace.py [--metric-each-batch]
+    own_pace.py [--metric-each-batch] [--leave-early]
 
 The last rank computes four times slower than the others (a sleep per sample stands in for
 its compute, so a larger batch takes longer). With ``--metric-each-batch`` every batch's loss
 is also averaged over the ranks by an unnamed ``hvd.allreduce``, as a running training
 metric is in Horovod's ImageNet example: the fast ranks then wait there for the slow one.
+With ``--leave-early`` the slow rank leaves the second epoch after 3 batches, and every rank
+calls ``hvd.join()`` after each epoch, as a script with uneven data does.
 Each rank reports, per epoch, the indices of the samples it trained on and its number of
 batches, its final model's digest, and the seconds from the first epoch to the end of the
 last.
@@ -80,6 +82,15 @@ for epoch in range(EPOCHS):
             hvd.allreduce(loss.detach())
         mine += index.tolist()
         count += 1
+        if (
+            "--leave-early" in sys.argv
+            and epoch == 1
+            and hvd.rank() == hvd.size() - 1
+            and count == 3
+        ):
+            break
+    if "--leave-early" in sys.argv:
+        hvd.join()
     seen.append(mine)
     batches.append(count)
     model.eval()
