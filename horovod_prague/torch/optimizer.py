@@ -51,6 +51,11 @@ TOO_MANY_PASSES = (
     "Gradients were computed more than backward_passes_per_step times before call to step(). "
     "Increase backward_passes_per_step to accumulate gradients locally."
 )
+_UNDER_OWN_PACE = (
+    " Under own_pace=on this rank's batches are larger than the script's (up to twice): a "
+    "script that cuts its batch into sub-batches of a fixed size takes more of them. Cut it "
+    "into backward_passes_per_step parts (torch.chunk) instead, or turn own_pace off."
+)
 
 
 class _PragueOptimizer(torch.optim.Optimizer):
@@ -121,7 +126,7 @@ class _PragueOptimizer(torch.optim.Optimizer):
     def _count_pass(self, p: torch.Tensor) -> None:
         passes = self._passes.get(id(p), 0) + 1
         if passes > self.backward_passes_per_step:
-            raise AssertionError(TOO_MANY_PASSES)
+            raise AssertionError(TOO_MANY_PASSES + _UNDER_OWN_PACE * (binding.job.stats.scale > 1))
         self._passes[id(p)] = passes
 
     def prague_tensors(self) -> list[torch.Tensor]:

@@ -20,6 +20,7 @@ from _report import same_on_all_ranks
 
 import horovod_prague.torch as hvd
 from horovod_prague.common.overlap import wait_until
+from horovod_prague.torch.binding import binding
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -142,6 +143,14 @@ def test_backward_passes_per_step_accumulates_locally():
         model(_rank_data(1, 4)).sum().backward()
     with pytest.raises(AssertionError, match="more than backward_passes_per_step"):
         model(_rank_data(1, 4)).sum().backward()
+    # Where own pace gave this rank a larger batch than the script's, the error says why a
+    # script that cuts its batch into sub-batches of a fixed size took more passes.
+    binding.job.stats.scale = 1.5
+    try:
+        with pytest.raises(AssertionError, match=r"own_pace=on .* \(torch.chunk\)"):
+            model(_rank_data(1, 4)).sum().backward()
+    finally:
+        binding.job.stats.scale = 1.0
     opt.zero_grad()
     model(_rank_data(1, 4)).sum().backward()
     opt.step()
