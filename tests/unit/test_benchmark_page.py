@@ -133,3 +133,5 @@ def test_the_slow_host_figures_over_all_seeds_are_the_files():
         assert said.format(speed, how, points, nats) in text
     points, nats = (statistics.stdev(c) for c in list(zip(*first + more, strict=True))[1:])
     assert f"standard deviation of {points:.1f} points ({nats:.3f} nats)" in text
+    root = len(first + more) ** 0.5
+    assert f"standard error is {points / root:.1f} point ({nats / root:.3f} nats)" in text
