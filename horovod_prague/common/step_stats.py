@@ -26,6 +26,18 @@ KEYS = ("steps", "averaged", "alone", "in_flight", "waited", "owed")
 
 
 @dataclasses.dataclass
+class _Away:
+    """One thread's time with other ranks (``StepStats.away``)."""
+
+    depth: int = 0
+    """How many ``away`` spans the thread is in (nested ones count once)."""
+    since: float = 0.0
+    """When its outer open span began."""
+    closed: float = 0.0
+    """The seconds of its spans closed so far."""
+
+
+@dataclasses.dataclass
 class StepStats:
     """One job's counters of one rank's Prague steps."""
 
@@ -41,11 +53,8 @@ class StepStats:
     progress: float = 0.0
     """The steps taken so far, each counted at its ``scale``: the samples seen, in batches
     of the script's size."""
-    _away: dict[int, list[float]] = dataclasses.field(
-        default_factory=dict, repr=False, compare=False
-    )
-    """Per thread: how deep it is in ``away`` spans, when its outer one began, and the
-    seconds of its spans closed so far."""
+    _away: dict[int, _Away] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    """Each thread's time with other ranks, by ``threading.get_ident``."""
     _away_lock: threading.Lock = dataclasses.field(
         default_factory=threading.Lock, repr=False, compare=False
     )
@@ -73,26 +82,26 @@ class StepStats:
         """Time this thread spends with other ranks: in Prague's steps, a script's collectives
         and the consensus before them. Nested spans count once; each thread has its own."""
         with self._away_lock:
-            entry = self._away.setdefault(threading.get_ident(), [0, 0.0, 0.0])
-            entry[0] += 1
-            if entry[0] == 1:
-                entry[1] = time.perf_counter()
+            mine = self._away.setdefault(threading.get_ident(), _Away())
+            mine.depth += 1
+            if mine.depth == 1:
+                mine.since = time.perf_counter()
         try:
             yield
         finally:
             with self._away_lock:
-                entry[0] -= 1
-                if entry[0] == 0:
-                    entry[2] += time.perf_counter() - entry[1]
+                mine.depth -= 1
+                if mine.depth == 0:
+                    mine.closed += time.perf_counter() - mine.since
 
     def away_seconds(self) -> float:
         """The seconds this thread has spent with other ranks (``away``), a span still open
         included. Own pace counts the rest of a pass as busy."""
         with self._away_lock:
-            entry = self._away.get(threading.get_ident())
-            if entry is None:
+            mine = self._away.get(threading.get_ident())
+            if mine is None:
                 return 0.0
-            return entry[2] + (time.perf_counter() - entry[1] if entry[0] else 0.0)
+            return mine.closed + (time.perf_counter() - mine.since if mine.depth else 0.0)
 
     def as_dict(self, waited_s: float) -> dict[str, int]:
         """The counts by ``KEYS``, then the milliseconds spent in steps (``exchange_ms``)
